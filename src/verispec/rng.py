@@ -1,0 +1,115 @@
+"""Counter-based randomness: every draw is a pure function of (seed, position, stream[, token]).
+
+No generator state is carried between calls, so
+
+* a request gives bit-identical output whatever else is in its batch (each row hashes only
+  its own seed and positions);
+* rows with zero drafts consume nothing, reruns are identical, and thread counts do not matter;
+* a draw at a position after the first rejection never influenced anything emitted, so the
+  next iteration may use that position's draws again (DESIGN.md section 3).
+
+The mixer is SplitMix64's finaliser, written with int64 torch ops (multiplication wraps
+modulo 2**64, which is what the mixer wants; right shifts are made logical with a mask).
+Uniforms are float64 built from the top 53 bits and lie strictly inside (0, 1), so
+``u < p/q`` never sees u == 0 and ``-log(-log u)`` is always finite.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "STREAM_DRAFT",
+    "STREAM_ACCEPT",
+    "STREAM_EMIT",
+    "STREAM_GUMBEL",
+    "uniform",
+    "sample",
+    "gumbel_noise",
+    "random_seeds",
+]
+
+# Independent streams of draws per (seed, position).
+STREAM_DRAFT = 1  # the drafter's sample at a draft slot
+STREAM_ACCEPT = 2  # the accept test u < p/q
+STREAM_EMIT = 3  # residual / bonus sample, and target-only sampling
+STREAM_GUMBEL = 4  # per-token Gumbel noise for drafter-invariant decoding
+
+
+def _signed(x: int) -> int:
+    """A 64-bit unsigned constant as the int64 with the same bits."""
+    return x - (1 << 64) if x >= (1 << 63) else x
+
+
+_GAMMA = _signed(0x9E3779B97F4A7C15)
+_M1 = _signed(0xBF58476D1CE4E5B9)
+_M2 = _signed(0x94D049BB133111EB)
+
+
+def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's >> is arithmetic)."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64: a bijective, well-avalanching map of 64-bit words."""
+    z = x + _GAMMA
+    z = (z ^ _shr(z, 30)) * _M1
+    z = (z ^ _shr(z, 27)) * _M2
+    return z ^ _shr(z, 31)
+
+
+def _key(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
+    seeds = torch.as_tensor(seeds, dtype=torch.int64)
+    positions = torch.as_tensor(positions, dtype=torch.int64, device=seeds.device)
+    salt = _signed((stream * 0x9E3779B97F4A7C15) & ((1 << 64) - 1))
+    return _mix(_mix(_mix(seeds) ^ positions) ^ salt)
+
+
+def _to_unit(h: torch.Tensor) -> torch.Tensor:
+    """Top 53 bits -> float64 in the open interval (0, 1)."""
+    return (_shr(h, 11).to(torch.float64) + 0.5) * (2.0**-53)
+
+
+def uniform(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
+    """Float64 uniforms in (0, 1), one per broadcast element of ``seeds`` and ``positions``.
+
+    Args:
+        seeds: int64 request seeds, e.g. ``[B, 1]``.
+        positions: int64 absolute token positions, e.g. ``[B, K]``.
+        stream: one of the ``STREAM_*`` constants.
+    """
+    return _to_unit(_key(seeds, positions, stream))
+
+
+def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Standard Gumbel noise ``G(seed, position, token)`` of shape ``[*broadcast(seeds, positions), V]``.
+
+    float64. The same (seed, position) always gives the same vector, whatever the batch.
+    """
+    key = _key(seeds, positions, STREAM_GUMBEL).unsqueeze(-1)  # [..., 1]
+    tokens = torch.arange(vocab_size, dtype=torch.int64, device=key.device)
+    u = _to_unit(_mix(key ^ tokens))  # [..., V]
+    return -torch.log(-torch.log(u))
+
+
+def sample(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
+    """Draw one token per row of ``probs [..., V]`` by inverse CDF with a counter-based uniform.
+
+    ``probs`` need not be normalised (rows are scaled by their sum); zero-probability tokens
+    are never returned. ``seeds`` and ``positions`` broadcast to ``probs.shape[:-1]``.
+    Returns int64 token ids of shape ``probs.shape[:-1]``.
+    """
+    cdf = torch.cumsum(probs.to(torch.float64), dim=-1)  # [..., V]
+    total = cdf[..., -1:]
+    u = uniform(seeds, positions, stream).expand(probs.shape[:-1]).unsqueeze(-1)
+    token = torch.searchsorted(cdf, u * total, right=True).squeeze(-1)
+    # u * total can round up to total; never step past the last token with mass.
+    vocab = probs.shape[-1]
+    last = vocab - 1 - torch.argmax((probs.flip(-1) > 0).to(torch.uint8), dim=-1)
+    return torch.minimum(token, last)
+
+
+def random_seeds(n: int) -> torch.Tensor:
+    """``n`` fresh int64 seeds from torch's global generator (``torch.manual_seed`` fixes them)."""
+    return torch.randint(-(2**63), 2**63 - 1, (n,), dtype=torch.int64)

@@ -1,0 +1,126 @@
+"""Sampling parameters and the one logits -> probabilities transform.
+
+The same transform is applied to the target's logits (giving p) and to the drafter's logits
+(giving q, the distribution the draft token is actually sampled from). Exactness of
+speculative decoding holds for the *transformed* target distribution p, so both sides must
+go through :func:`logits_to_probs` with the same :class:`SamplingParams`.
+
+Filter order (the same as HuggingFace ``generate``):
+
+1. temperature: ``logits / temperature``; temperature 0 means greedy: a one-hot on the argmax,
+   ties broken towards the lowest token id, and no other filter applies;
+2. top-k: keep the ``top_k`` largest logits (0 = off; ties at the k-th value are all kept);
+3. top-p: keep the smallest set of most likely tokens whose mass reaches ``top_p``
+   (the most likely token is always kept);
+4. min-p: drop tokens whose probability is below ``min_p`` times the largest probability;
+5. renormalise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["SamplingParams", "logits_to_probs"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How tokens are chosen from a model's logits.
+
+    Args:
+        temperature: >= 0. 0 is greedy decoding (argmax, ties to the lowest token id).
+        top_k: keep only the k most likely tokens; 0 disables.
+        top_p: nucleus sampling mass in (0, 1]; 1 disables.
+        min_p: in [0, 1); drop tokens below ``min_p * max_prob``; 0 disables.
+        seed: request seed for the counter-based random draws. ``None`` draws one from torch's
+            global generator, so ``torch.manual_seed`` makes a whole run repeatable.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_real("temperature", self.temperature)
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
+            raise TypeError(f"top_k must be an int, got {type(self.top_k).__name__}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        _check_real("top_p", self.top_p)
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        _check_real("min_p", self.min_p)
+        if not 0.0 <= self.min_p < 1.0:
+            raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
+        if self.seed is not None:
+            if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+                raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__}")
+            if not -(2**63) <= self.seed < 2**63:
+                raise ValueError(f"seed must fit in int64, got {self.seed}")
+
+    @property
+    def greedy(self) -> bool:
+        """True when decoding is deterministic argmax (temperature 0)."""
+        return self.temperature == 0.0
+
+
+def _check_real(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Turn logits ``[..., V]`` into the sampling distribution ``[..., V]``.
+
+    The result has the dtype of ``logits`` (float32 or float64 recommended). Entries of
+    ``-inf`` are allowed (masked tokens); NaN, ``+inf`` or a row that is entirely ``-inf``
+    raise ``ValueError``.
+    """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        raise TypeError("logits must be a floating-point torch.Tensor")
+    if logits.dim() < 1 or logits.shape[-1] == 0:
+        raise ValueError(f"logits must have shape [..., V] with V >= 1, got {tuple(logits.shape)}")
+    if torch.isnan(logits).any() or torch.isposinf(logits).any():
+        raise ValueError("logits contain NaN or +inf (a broken model or overflow)")
+    if torch.isneginf(logits).all(-1).any():
+        raise ValueError("a row of logits is entirely -inf: no token can be sampled")
+
+    if params.greedy:
+        # One-hot on the argmax; torch.argmax returns the first maximum = the lowest id.
+        top = logits.argmax(-1, keepdim=True)
+        return torch.zeros_like(logits).scatter_(-1, top, 1.0)
+
+    x = logits / params.temperature if params.temperature != 1.0 else logits
+    vocab = x.shape[-1]
+    if 0 < params.top_k < vocab:
+        kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, -math.inf)
+    if params.top_p < 1.0:
+        x = _top_p_filter(x, params.top_p)
+    probs = torch.softmax(x, dim=-1)
+    if params.min_p > 0.0:
+        cutoff = params.min_p * probs.amax(-1, keepdim=True)
+        probs = probs.masked_fill(probs < cutoff, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def _top_p_filter(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Mask logits outside the nucleus: the smallest prefix (by descending prob) with mass >= top_p."""
+    sorted_x, order = torch.sort(x, dim=-1, descending=True, stable=True)
+    sorted_p = torch.softmax(sorted_x, dim=-1)
+    # Mass strictly before each token; a token stays if the mass before it is < top_p,
+    # so the most likely token (mass before = 0) always stays.
+    mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+    drop_sorted = mass_before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+    return x.masked_fill(drop, -math.inf)

@@ -1,0 +1,305 @@
+"""Drafters: propose K tokens (and the q they were sampled from) for the target to verify.
+
+The protocol is small on purpose (see :class:`Drafter`): the engine starts a drafter on the
+prompts, asks for a proposal each iteration, and then tells it which tokens were emitted so it
+can roll back. Drafters sample with the engine's :class:`SamplingParams` transform and the
+shared counter-based randomness (stream ``STREAM_DRAFT`` at the draft's absolute position), so
+a whole run is a pure function of the seeds.
+
+* :class:`ModelDrafter` - a small causal LM sharing the target's tokenizer, with its own KV cache.
+* :class:`PromptLookupDrafter` - continues the longest n-gram match in the context (q = point mass).
+* :class:`HybridDrafter` - prompt lookup where an n-gram matches, the model elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from .models import CausalLM
+from .rng import STREAM_DRAFT, sample
+from .runner import KVRunner
+from .sampling import SamplingParams, logits_to_probs
+from .verify import gumbel_argmax
+
+__all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "DraftContext"]
+
+
+@dataclass
+class Draft:
+    """One proposal for a batch.
+
+    Attributes:
+        tokens: ``[B, K]`` int64 draft tokens (anything past ``num_draft`` is ignored).
+        probs: ``[B, K, V]`` the distributions the tokens were sampled from (target vocabulary),
+            or ``None`` when every draft is a point mass.
+        num_draft: ``[B]`` int64 drafted tokens per row (<= the ``k`` asked for).
+        forwards: draft model forward passes this proposal took.
+    """
+
+    tokens: torch.Tensor
+    probs: torch.Tensor | None
+    num_draft: torch.Tensor
+    forwards: int = 0
+
+
+@dataclass
+class DraftContext:
+    """What a drafter is started with.
+
+    Attributes:
+        prompts: token ids per row.
+        sampling: the request's sampling transform (the drafter must sample from it).
+        seeds: ``[B]`` int64 request seeds.
+        method: "exact" (sample d ~ q) or "gumbel" (d = argmax(log q + G), shared noise).
+        vocab_size: the target's vocabulary size V; ``probs`` must be ``[B, K, V]``.
+        dtype: dtype of the target's probabilities (q must match it).
+    """
+
+    prompts: list[list[int]]
+    sampling: SamplingParams
+    seeds: torch.Tensor
+    method: str
+    vocab_size: int
+    dtype: torch.dtype
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """What the engine needs from a drafter."""
+
+    def bind(self, target: CausalLM) -> None:
+        """Check compatibility with the target (tokenizer, vocabulary) before any generation."""
+
+    def start(self, ctx: DraftContext) -> None:
+        """Begin a batch of requests whose contexts are ``ctx.prompts``."""
+
+    def propose(self, k: torch.Tensor) -> Draft:
+        """Propose up to ``k[b]`` tokens for each row b (``k [B]`` int64, may be 0)."""
+
+    def update(self, emitted: list[list[int]]) -> None:
+        """Append each row's newly emitted tokens to its context (accepted drafts + 1 token)."""
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+class ModelDrafter:
+    """A small causal LM as drafter. It keeps its own KV cache and rolls it back on rejection.
+
+    Invariant: the cache holds a prefix of each row's context; the rest of the context
+    (``pending``: the last emitted token, or two when every draft was accepted) is fed at the
+    start of the next proposal, so the draft cache sees every emitted token exactly once.
+    """
+
+    def __init__(self, model: CausalLM) -> None:
+        self.lm = model
+        self.point_mass = False
+        self.seconds = 0.0
+        self._target_vocab: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.lm.name
+
+    def bind(self, target: CausalLM) -> None:
+        if target.tokenizer.get_vocab() != self.lm.tokenizer.get_vocab():
+            raise ValueError(
+                f"draft {self.lm.name!r} does not share the target's tokenizer ({target.name!r}); "
+                "verispec needs the same token ids on both sides"
+            )
+        self._target_vocab = target.vocab_size
+
+    def start(self, ctx: DraftContext) -> None:
+        self.ctx = ctx
+        self.contexts = [list(p) for p in ctx.prompts]
+        self.runner = KVRunner(self.lm.model, len(ctx.prompts))
+        V = ctx.vocab_size
+        vmap = self.lm.vocab_map
+        if vmap is not None and int(vmap.max()) >= V:
+            raise ValueError(f"draft vocab_map has ids >= the target vocabulary size {V}")
+        self._fed: list[list[int]] = [[] for _ in ctx.prompts]  # drafts fed to the cache, per row
+
+    def _logits_to_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits ``[B, V_d]`` -> ``[B, V]`` over the target vocabulary (-inf where the draft has no entry)."""
+        V = self.ctx.vocab_size
+        logits = logits.to(self.ctx.dtype)
+        vmap = self.lm.vocab_map
+        if vmap is not None:
+            full = logits.new_full((logits.shape[0], V), float("-inf"))
+            return full.index_copy_(1, vmap.to(logits.device), logits)
+        Vd = logits.shape[-1]
+        if Vd == V:
+            return logits
+        if Vd > V:  # padded draft head: the target gives those ids probability 0 anyway
+            return logits[:, :V]
+        return torch.cat([logits, logits.new_full((logits.shape[0], V - Vd), float("-inf"))], dim=1)
+
+    def propose(self, k: torch.Tensor) -> Draft:
+        t0 = time.perf_counter()
+        B = len(self.contexts)
+        K = int(k.max()) if B else 0
+        V = self.ctx.vocab_size
+        device = self.lm.model.device
+        tokens = torch.zeros(B, K, dtype=torch.int64)
+        probs = torch.zeros(B, K, V, dtype=self.ctx.dtype)
+        if K == 0:
+            return Draft(tokens, None if self.point_mass else probs, k.clone(), 0)
+
+        # Feed each row's pending context tokens (ragged: left-pad with placeholders).
+        cached = self.runner.lengths.tolist()
+        pending = [ctx[c:] for ctx, c in zip(self.contexts, cached)]
+        width = max(len(p) for p in pending)
+        feed = torch.zeros(B, width, dtype=torch.int64)
+        live = torch.zeros(B, width, dtype=torch.bool)
+        for b, p in enumerate(pending):  # builds the ragged batch (tiny: 1-2 tokens per row)
+            if p:
+                feed[b, width - len(p):] = torch.tensor(p)
+                live[b, width - len(p):] = True
+        positions = torch.tensor([len(c) for c in self.contexts], dtype=torch.int64)  # slot 0
+        logits = self.runner.forward(feed.to(device), live.to(device), logits_to_keep=1)[:, -1]
+        for i in range(K):
+            q = logits_to_probs(self._logits_to_target_vocab(logits), self.ctx.sampling)  # [B, V]
+            if self.ctx.method == "gumbel":
+                d = gumbel_argmax(torch.log(q)[:, None], self.ctx.seeds, positions + i)[:, 0]
+            else:
+                d = sample(q, self.ctx.seeds, positions + i, STREAM_DRAFT)
+            tokens[:, i] = d
+            probs[:, i] = q
+            if i + 1 < K:
+                logits = self.runner.forward(d[:, None].to(device))[:, -1]
+        self._fed = tokens[:, : K - 1].tolist()  # d_1..d_{K-1} went through the cache; d_K did not
+        self.seconds += time.perf_counter() - t0
+        return Draft(tokens, probs, k.clone(), K)
+
+    def update(self, emitted: list[list[int]]) -> None:
+        # A cached draft token stays valid iff it and every token before it equal what was
+        # emitted at that position (its keys/values depend on exactly that prefix).
+        keep = []
+        for b, new in enumerate(emitted):
+            fed, n = self._fed[b], 0
+            while n < len(fed) and n < len(new) and fed[n] == new[n]:
+                n += 1
+            keep.append(len(self.contexts[b]) + n)
+            self.contexts[b].extend(new)
+        self._fed = [[] for _ in emitted]
+        self.runner.truncate(torch.tensor(keep, dtype=torch.int64, device=self.runner.lengths.device))
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+class PromptLookupDrafter:
+    """Prompt lookup decoding: propose what followed the most recent earlier occurrence of the
+    context's last n tokens (n from ``max_ngram`` down to ``min_ngram``). No model; q is a
+    point mass. Rows with no match draft nothing this iteration.
+    """
+
+    point_mass = True
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        if min_ngram < 1 or max_ngram < min_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.name = "ngram"
+        self.seconds = 0.0
+
+    def bind(self, target: CausalLM) -> None:
+        pass
+
+    def start(self, ctx: DraftContext) -> None:
+        self.contexts = [list(p) for p in ctx.prompts]
+
+    def lookup(self, context: list[int], k: int) -> list[int]:
+        """Up to ``k`` tokens continuing the longest, most recent n-gram match of the context's tail."""
+        if k <= 0 or len(context) < 2:
+            return []
+        seq = torch.tensor(context)
+        for n in range(min(self.max_ngram, len(context) - 1), self.min_ngram - 1, -1):
+            windows = seq[:-1].unfold(0, n, 1)  # [L-n, n] every earlier n-gram (not the tail itself)
+            hits = (windows == seq[-n:]).all(1).nonzero()
+            if len(hits):
+                start = int(hits[-1]) + n  # the most recent match
+                return context[start : start + k]
+        return []
+
+    def propose(self, k: torch.Tensor) -> Draft:
+        t0 = time.perf_counter()
+        B = len(self.contexts)
+        K = int(k.max()) if B else 0
+        tokens = torch.zeros(B, K, dtype=torch.int64)
+        num = torch.zeros(B, dtype=torch.int64)
+        for b, ctx in enumerate(self.contexts):  # ragged string search, one row at a time
+            found = self.lookup(ctx, int(k[b]))
+            tokens[b, : len(found)] = torch.tensor(found, dtype=torch.int64)
+            num[b] = len(found)
+        self.seconds += time.perf_counter() - t0
+        return Draft(tokens, None, num, 0)
+
+    def update(self, emitted: list[list[int]]) -> None:
+        for ctx, new in zip(self.contexts, emitted):
+            ctx.extend(new)
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+class HybridDrafter:
+    """Prompt lookup where the context's tail matches earlier text, the model drafter elsewhere.
+
+    A composition of the two drafters: per row and iteration, the copy rule's point-mass draft
+    is used when it finds at least ``min_copy`` tokens, otherwise the model's sampled draft.
+    Copy rows are given to the verifier as one-hot q rows (the distribution they came from), so
+    one batch can mix both kinds exactly.
+    """
+
+    point_mass = False
+
+    def __init__(self, model: ModelDrafter, copy: PromptLookupDrafter | None = None, min_copy: int = 2) -> None:
+        self.model = model
+        self.copy = copy or PromptLookupDrafter()
+        self.min_copy = min_copy
+        self.seconds = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.model.name}+ngram"
+
+    def bind(self, target: CausalLM) -> None:
+        self.model.bind(target)
+        self.copy.bind(target)
+
+    def start(self, ctx: DraftContext) -> None:
+        self.ctx = ctx
+        self.model.start(ctx)
+        self.copy.start(ctx)
+
+    def propose(self, k: torch.Tensor) -> Draft:
+        t0 = time.perf_counter()
+        copied = self.copy.propose(k)
+        use_copy = copied.num_draft >= torch.minimum(k, torch.full_like(k, self.min_copy))
+        use_copy &= copied.num_draft > 0
+        k_model = torch.where(use_copy, 0, k)
+        drafted = self.model.propose(k_model) if bool((k_model > 0).any()) else None
+        K = int(k.max()) if len(k) else 0
+        V = self.ctx.vocab_size
+        tokens = torch.zeros(len(k), K, dtype=torch.int64)
+        probs = torch.zeros(len(k), K, V, dtype=self.ctx.dtype)
+        num = torch.where(use_copy, copied.num_draft, k_model)
+        if drafted is not None:
+            Km = drafted.tokens.shape[1]
+            tokens[:, :Km] = drafted.tokens
+            probs[:, :Km] = drafted.probs
+        Kc = copied.tokens.shape[1]
+        one_hot = torch.zeros(len(k), Kc, V, dtype=self.ctx.dtype).scatter_(2, copied.tokens[..., None], 1.0)
+        tokens[use_copy, :Kc] = copied.tokens[use_copy]
+        probs[use_copy, :Kc] = one_hot[use_copy]
+        self.seconds += time.perf_counter() - t0
+        return Draft(tokens, probs, num, drafted.forwards if drafted is not None else 0)
+
+    def update(self, emitted: list[list[int]]) -> None:
+        self.model.update(emitted)
+        self.copy.update(emitted)

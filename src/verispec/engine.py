@@ -1,0 +1,465 @@
+"""The speculative decoding loop: draft, verify in one target pass, roll back, repeat.
+
+One iteration for a batch of B rows (each row has emitted ``n_b`` tokens so far):
+
+1. the drafter proposes up to ``k_b`` tokens per row (``k_b`` from the K policy, capped so
+   a row never exceeds ``max_new_tokens``);
+2. the target runs ONE forward over ``[last emitted token, d_1..d_K]`` -> p at K+1 slots;
+3. :func:`verispec.verify` accepts a prefix and emits one more token per row;
+4. the target's cache drops the rejected drafts (:class:`KVRunner.truncate`), the drafter is
+   told what was emitted, EOS and stop strings end rows.
+
+The target cache holds every emitted token except the last one, which is fed at the start of
+the next iteration together with the new drafts, so the prompt is prefilled exactly once.
+Target-only decoding is the same loop with no drafter (K = 0): the same sampler and the same
+counter-based draws, so baselines compare like with like.
+
+Batches: rows are left-padded once at prefill and then advance independently; a rejected
+draft leaves a *hole* in that row's cache columns (see :mod:`verispec.runner`), positions are
+per row, and all randomness is keyed by (row seed, absolute position). A row therefore
+produces the same tokens alone or in any batch (bit-identical at float64 in the tests).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .drafters import DraftContext, Drafter
+from .models import CausalLM, load_causal_lm
+from .rng import random_seeds
+from .runner import KVRunner
+from .sampling import SamplingParams, logits_to_probs
+from .verify import METHODS, verify
+
+__all__ = ["SpeculativeDecoder", "GenerationResult", "GenerationStats", "KPolicy"]
+
+KPolicy = int | str  # an int, "heuristic" or "auto"
+
+
+@dataclass
+class GenerationStats:
+    """What one ``generate`` call did. Times are seconds of wall clock.
+
+    ``alpha`` = accepted / drafted; ``tau`` = emitted tokens per row per target forward (prefill
+    excluded; 1 for target-only decoding); ``per_position_acceptance[i]`` = P(draft slot i
+    accepted | slot i drafted).
+    """
+
+    drafted: int = 0
+    accepted: int = 0
+    emitted: int = 0
+    target_forwards: int = 0
+    row_steps: int = 0  # sum over target forwards of the rows still generating
+    draft_forwards: int = 0
+    iterations: int = 0
+    wall: float = 0.0
+    time_prefill: float = 0.0
+    time_target: float = 0.0
+    time_draft: float = 0.0
+    time_verify: float = 0.0
+    slot_drafted: list[int] = field(default_factory=list)
+    slot_accepted: list[int] = field(default_factory=list)
+    k_history: list[int] = field(default_factory=list)
+    verify_width_seconds: dict[int, list[float]] = field(default_factory=dict)
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def tau(self) -> float:
+        return self.emitted / self.row_steps if self.row_steps else float("nan")
+
+    @property
+    def time_other(self) -> float:
+        return max(0.0, self.wall - self.time_prefill - self.time_target - self.time_draft - self.time_verify)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.emitted / self.wall if self.wall > 0 else float("nan")
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        return [a / d if d else float("nan") for a, d in zip(self.slot_accepted, self.slot_drafted)]
+
+    def as_dict(self) -> dict:
+        keys = ("drafted", "accepted", "emitted", "target_forwards", "row_steps", "draft_forwards", "iterations", "wall",
+                "time_prefill", "time_target", "time_draft", "time_verify")
+        d = {k: getattr(self, k) for k in keys}
+        d.update(alpha=self.alpha, tau=self.tau, time_other=self.time_other,
+                 tokens_per_second=self.tokens_per_second, per_position_acceptance=self.per_position_acceptance)
+        return d
+
+
+@dataclass
+class GenerationResult:
+    """Texts, token ids (generated only, prompt excluded), why each row stopped, and stats."""
+
+    texts: list[str]
+    token_ids: list[list[int]]
+    finish_reasons: list[str]  # "length", "eos" or "stop"
+    stats: GenerationStats
+
+
+class SpeculativeDecoder:
+    """Exact speculative decoding over a HuggingFace target and a drafter.
+
+    Args:
+        target: a :class:`CausalLM` or anything :func:`load_causal_lm` accepts.
+        drafter: a :class:`Drafter`, or ``None`` for target-only decoding.
+        k: draft length policy: an int (fixed), ``"heuristic"`` (HF's: +2 after a fully
+            accepted draft, -1 otherwise) or ``"auto"`` (maximise expected tokens per second
+            from the online acceptance estimate and measured draft / verify costs).
+        method: ``"exact"`` (rejection sampling) or ``"gumbel"`` (drafter-invariant).
+        max_k: upper bound for the adaptive policies.
+    """
+
+    def __init__(self, target: CausalLM | str, drafter: Drafter | None = None, *, k: KPolicy = 4,
+                 method: str = "exact", max_k: int = 12) -> None:
+        self.target = target if isinstance(target, CausalLM) else load_causal_lm(target)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if isinstance(k, bool) or not (isinstance(k, int) or k in ("heuristic", "auto")):
+            raise ValueError(f"k must be a positive int, 'heuristic' or 'auto', got {k!r}")
+        if isinstance(k, int) and not 1 <= k <= 64:
+            raise ValueError(f"k must be in [1, 64], got {k}")
+        if not 1 <= max_k <= 64:
+            raise ValueError(f"max_k must be in [1, 64], got {max_k}")
+        self.drafter = drafter
+        self.k, self.method, self.max_k = k, method, max_k
+        if drafter is not None:
+            drafter.bind(self.target)
+        self.last_result: GenerationResult | None = None
+
+    # ------------------------------------------------------------------------------------------
+
+    def encode(self, prompts: Sequence[str | Sequence[int]], chat: bool = False) -> list[list[int]]:
+        """Token ids for each prompt (strings go through the tokenizer, with the chat template if ``chat``)."""
+        tok = self.target.tokenizer
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise TypeError("prompts must be a list of strings or of token-id lists")
+        if len(prompts) == 0:
+            raise ValueError("prompts is empty")
+        out = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):
+                if chat:
+                    if not getattr(tok, "chat_template", None):
+                        raise ValueError(f"chat=True but the tokenizer of {self.target.name!r} has no chat template")
+                    ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                                  tokenize=True, return_dict=False)
+                    ids = list(ids["input_ids"]) if isinstance(ids, dict) else list(ids)
+                else:
+                    ids = tok(p, add_special_tokens=True)["input_ids"]
+            else:
+                ids = [int(t) for t in p]
+                bad = [t for t in ids if not 0 <= t < self.target.vocab_size]
+                if bad:
+                    raise ValueError(f"prompts[{i}] has token ids outside [0, {self.target.vocab_size}): {bad[:5]}")
+            if len(ids) == 0:
+                raise ValueError(f"prompts[{i}] is empty (no tokens to condition on)")
+            out.append(ids)
+        return out
+
+    def generate(
+        self,
+        prompts: str | Sequence[str | Sequence[int]],
+        max_new_tokens: int = 128,
+        sampling: SamplingParams | None = None,
+        *,
+        stop: Sequence[str] | None = None,
+        stream: bool = False,
+        chat: bool = False,
+        seeds: Sequence[int] | None = None,
+    ) -> GenerationResult | Iterator[str]:
+        """Generate continuations of ``prompts``.
+
+        Args:
+            prompts: a string, or a list of strings or token-id lists.
+            max_new_tokens: exactly this many tokens per row unless EOS or a stop string ends it.
+            sampling: the sampling transform; default ``SamplingParams()`` (temperature 1).
+            stop: strings that end a row; the text is cut before the stop string.
+            stream: return an iterator of text pieces of a single prompt, yielded as tokens are
+                accepted; the full result is in ``self.last_result`` afterwards.
+            chat: apply the tokenizer's chat template to string prompts.
+            seeds: one int64 seed per row (default: ``sampling.seed`` for every row, or fresh
+                seeds from torch's global generator).
+        """
+        sampling = sampling or SamplingParams()
+        if not isinstance(sampling, SamplingParams):
+            raise TypeError("sampling must be a SamplingParams")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        single = isinstance(prompts, str)
+        ids = self.encode([prompts] if single else prompts, chat=chat)
+        if stop is not None and (isinstance(stop, str) or any(not isinstance(s, str) or not s for s in stop)):
+            raise ValueError("stop must be a list of non-empty strings")
+        limit = getattr(self.target.model.config, "max_position_embeddings", None)
+        for i, p in enumerate(ids):
+            if limit is not None and len(p) + max_new_tokens > limit:
+                raise ValueError(f"prompts[{i}] has {len(p)} tokens; with max_new_tokens={max_new_tokens} "
+                                 f"it exceeds the model's context of {limit} tokens")
+        B = len(ids)
+        if seeds is not None:
+            if len(seeds) != B:
+                raise ValueError(f"seeds has {len(seeds)} entries for {B} prompts")
+            seed_t = torch.tensor(list(seeds), dtype=torch.int64)
+        elif sampling.seed is not None:
+            seed_t = torch.full((B,), sampling.seed, dtype=torch.int64)
+        else:
+            seed_t = random_seeds(B)
+        if stream:
+            if B != 1:
+                raise ValueError("stream=True takes a single prompt")
+            return self._stream(ids, max_new_tokens, sampling, stop, seed_t)
+        for _ in self._run(ids, max_new_tokens, sampling, stop, seed_t):
+            pass
+        assert self.last_result is not None
+        return self.last_result
+
+    def _stream(self, ids, max_new_tokens, sampling, stop, seeds) -> Iterator[str]:
+        sent = ""
+        for text in self._run(ids, max_new_tokens, sampling, stop, seeds):
+            if text[0].endswith("\ufffd"):  # half a multi-byte character: wait for the rest
+                continue
+            if len(text[0]) > len(sent):
+                yield text[0][len(sent):]
+                sent = text[0]
+        final = self.last_result.texts[0]
+        if len(final) > len(sent):
+            yield final[len(sent):]
+
+    # ------------------------------------------------------------------------------------------
+
+    def _run(self, prompts: list[list[int]], max_new: int, sampling: SamplingParams,
+             stop: Sequence[str] | None, seeds: torch.Tensor) -> Iterator[list[str]]:
+        """The loop. Yields the texts so far after every iteration; sets ``self.last_result``."""
+        t_start = time.perf_counter()
+        stats = GenerationStats()
+        B = len(prompts)
+        tok = self.target.tokenizer
+        model = self.target.model
+        device = model.device
+        V = self.target.vocab_size
+        eos_ids = _eos_ids(self.target)
+        dtype = model.dtype if model.dtype in (torch.float32, torch.float64) else torch.float32
+
+        # Prefill: the whole prompt except its last token, which starts the first iteration.
+        t0 = time.perf_counter()
+        target = KVRunner(model, B)
+        width = max(len(p) for p in prompts)
+        if width > 1:
+            feed = torch.zeros(B, width - 1, dtype=torch.int64)
+            live = torch.zeros(B, width - 1, dtype=torch.bool)
+            for b, p in enumerate(prompts):
+                if len(p) > 1:
+                    feed[b, width - len(p):] = torch.tensor(p[:-1])
+                    live[b, width - len(p):] = True
+            target.forward(feed.to(device), live.to(device), logits_to_keep=1)
+        last = torch.tensor([p[-1] for p in prompts], dtype=torch.int64)
+        drafter = self.drafter
+        if drafter is not None:
+            drafter.start(DraftContext(prompts, sampling, seeds, self.method, V, dtype))
+        stats.time_prefill = time.perf_counter() - t0
+
+        generated: list[list[int]] = [[] for _ in range(B)]
+        finish: list[str | None] = [None] * B
+        texts = [""] * B
+        policy = _KState(self.k, self.max_k, B) if drafter is not None else None
+        prompt_len = torch.tensor([len(p) for p in prompts], dtype=torch.int64)
+
+        while any(f is None for f in finish):
+            active = torch.tensor([f is None for f in finish])
+            remaining = torch.tensor([max_new - len(g) for g in generated], dtype=torch.int64)
+            # Draft: at most remaining-1 tokens, so that drafts + the bonus never overshoot.
+            if drafter is not None:
+                k_rows = torch.minimum(policy.k_rows(), remaining - 1).clamp_min(0) * active
+                t0 = time.perf_counter()
+                draft = drafter.propose(k_rows)
+                stats.time_draft += time.perf_counter() - t0
+                stats.draft_forwards += draft.forwards
+                d_tok, q, n_draft = draft.tokens, draft.probs, torch.minimum(draft.num_draft, k_rows)
+            else:
+                d_tok, q, n_draft = torch.zeros(B, 0, dtype=torch.int64), None, torch.zeros(B, dtype=torch.int64)
+            K = d_tok.shape[1]
+
+            # Target: one pass over [last, d_1..d_K] gives p at K+1 slots.
+            t0 = time.perf_counter()
+            feed = torch.cat([last[:, None], d_tok], dim=1)
+            logits = target.forward(feed.to(device))  # [B, K+1, V_t]
+            dt = time.perf_counter() - t0
+            stats.time_target += dt
+            stats.target_forwards += 1
+            stats.verify_width_seconds.setdefault(K + 1, []).append(dt)
+
+            t0 = time.perf_counter()
+            logits = _fit_vocab(logits.to(dtype), V).cpu()
+            p = logits_to_probs(logits, sampling)  # [B, K+1, V]
+            positions = prompt_len + torch.tensor([len(g) for g in generated])  # slot 0's absolute position
+            out = verify(p, q, d_tok, num_draft=n_draft, seeds=seeds, positions=positions,
+                         method=self.method, validate=False)
+            stats.time_verify += time.perf_counter() - t0
+
+            # Bookkeeping: emitted tokens per row, EOS / length / stop.
+            n_emit = out.num_emitted.tolist()
+            rows_tokens = out.tokens.tolist()
+            emitted: list[list[int]] = []
+            for b in range(B):
+                if finish[b] is not None:
+                    emitted.append([])
+                    continue
+                new = rows_tokens[b][: n_emit[b]]
+                for i, t in enumerate(new):
+                    if t in eos_ids:
+                        new = new[: i + 1]
+                        finish[b] = "eos"
+                        break
+                generated[b].extend(new)
+                emitted.append(new)
+                if finish[b] is None and len(generated[b]) >= max_new:
+                    finish[b] = "length"
+            self._account(stats, out, n_draft, active)
+            if policy is not None:
+                policy.observe(out, n_draft, active, stats)
+
+            # Roll back: the target keeps everything emitted except the newest token.
+            kept = prompt_len + torch.tensor([len(g) for g in generated]) - 1
+            target.truncate(kept.to(device))
+            last = torch.tensor([g[-1] if g else p_[-1] for g, p_ in zip(generated, prompts)], dtype=torch.int64)
+            if drafter is not None:
+                drafter.update(emitted)
+
+            texts = [tok.decode(g, skip_special_tokens=True) for g in generated]
+            if stop:
+                for b in range(B):
+                    if finish[b] in (None, "length", "eos"):
+                        cut = _find_stop(texts[b], stop)
+                        if cut is not None:
+                            texts[b] = texts[b][:cut]
+                            generated[b] = _trim_to_text(tok, generated[b], texts[b])
+                            finish[b] = "stop"
+            yield texts
+
+        stats.wall = time.perf_counter() - t_start
+        stats.emitted = sum(len(g) for g in generated)
+        self.last_result = GenerationResult(texts, generated, [f or "length" for f in finish], stats)
+
+    @staticmethod
+    def _account(stats: GenerationStats, out, n_draft: torch.Tensor, active: torch.Tensor) -> None:
+        stats.iterations += 1
+        stats.row_steps += int(active.sum())
+        n_draft = n_draft * active
+        stats.drafted += int(n_draft.sum())
+        acc = out.accepted & active[:, None]
+        stats.accepted += int(acc.sum())
+        K = out.accepted.shape[1]
+        while len(stats.slot_drafted) < K:
+            stats.slot_drafted.append(0)
+            stats.slot_accepted.append(0)
+        drafted_slots = (torch.arange(K)[None] < n_draft[:, None]).sum(0).tolist()
+        accepted_slots = acc.sum(0).tolist()
+        for i in range(K):
+            stats.slot_drafted[i] += drafted_slots[i]
+            stats.slot_accepted[i] += accepted_slots[i]
+        if K:
+            stats.k_history.append(int(n_draft.max()))
+
+
+class _KState:
+    """Draft-length policy state (per row for the heuristic, shared estimates for auto)."""
+
+    def __init__(self, k: KPolicy, max_k: int, B: int) -> None:
+        self.policy = k
+        self.max_k = max_k
+        start = k if isinstance(k, int) else min(4, max_k)
+        self.k = torch.full((B,), start, dtype=torch.int64)
+        # auto: acceptance estimate (Beta prior ~ alpha 0.6) and cost estimates.
+        self.tested, self.passed = 2.5, 1.5
+        self.draft_step = None  # seconds per draft step
+        self.verify = {}  # width -> EMA seconds
+
+    def k_rows(self) -> torch.Tensor:
+        return self.k.clone()
+
+    def observe(self, out, n_draft: torch.Tensor, active: torch.Tensor, stats: GenerationStats) -> None:
+        if self.policy == "heuristic":
+            full = (out.num_accepted == n_draft) & (n_draft > 0)
+            self.k = torch.where(full, self.k + 2, self.k - 1).clamp(1, self.max_k)
+        elif self.policy == "auto":
+            # Per-token acceptance MLE under the geometric model: accepted / comparisons made.
+            rejected = (out.num_accepted < n_draft) & active
+            self.passed += float((out.num_accepted * active).sum())
+            self.tested += float((out.num_accepted * active).sum() + rejected.sum())
+            if stats.draft_forwards and stats.time_draft > 0:
+                self.draft_step = stats.time_draft / max(1, stats.draft_forwards)
+            for w, ts in stats.verify_width_seconds.items():
+                self.verify[w] = sorted(ts)[len(ts) // 2]
+            self.k = torch.full_like(self.k, self.best_k())
+
+    def best_k(self) -> int:
+        """argmax_K E[tokens]/cost with E = (1-a^(K+1))/(1-a), cost = K*draft + verify(K+1) (Leviathan 3.8)."""
+        a = min(self.passed / self.tested, 0.999)
+        if not self.verify:
+            return int(self.k[0])
+        widths = sorted(self.verify)
+        base = self.verify[widths[0]] if widths[0] == 1 else min(self.verify.values())
+
+        def verify_cost(w: int) -> float:
+            if w in self.verify:
+                return self.verify[w]
+            # Unmeasured width: interpolate linearly between the nearest measured ones, or
+            # extrapolate with a gentle slope; optimistic enough to get it tried once.
+            lo = max((x for x in widths if x < w), default=None)
+            hi = min((x for x in widths if x > w), default=None)
+            if lo is not None and hi is not None:
+                return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (w - lo) / (hi - lo)
+            ref = lo if lo is not None else hi
+            return self.verify[ref] * (1 + 0.05 * abs(w - ref))
+
+        draft = self.draft_step if self.draft_step is not None else 0.05 * base
+        best, best_rate = 1, -1.0
+        for K in range(1, self.max_k + 1):
+            tokens = (1 - a ** (K + 1)) / (1 - a)
+            rate = tokens / (K * draft + verify_cost(K + 1))
+            if rate > best_rate:
+                best, best_rate = K, rate
+        return best
+
+
+def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
+    """Cut or pad (with -inf) the target's logits to the engine's vocabulary size V."""
+    Vt = logits.shape[-1]
+    if Vt == V:
+        return logits
+    if Vt > V:
+        return logits[..., :V]
+    return torch.cat([logits, logits.new_full((*logits.shape[:-1], V - Vt), -math.inf)], dim=-1)
+
+
+def _eos_ids(lm: CausalLM) -> set[int]:
+    ids = set()
+    for src in (lm.model.generation_config, lm.model.config):
+        e = getattr(src, "eos_token_id", None)
+        if e is not None:
+            ids.update(e if isinstance(e, (list, tuple)) else [e])
+    if lm.tokenizer.eos_token_id is not None:
+        ids.add(lm.tokenizer.eos_token_id)
+    return ids
+
+
+def _find_stop(text: str, stop: Sequence[str]) -> int | None:
+    hits = [text.find(s) for s in stop if s in text]
+    return min(hits) if hits else None
+
+
+def _trim_to_text(tok, ids: list[int], text: str) -> list[int]:
+    """The shortest prefix of ``ids`` whose decoding covers ``text`` (the stop string's tokens dropped after)."""
+    for n in range(len(ids) + 1):
+        if len(tok.decode(ids[:n], skip_special_tokens=True)) >= len(text):
+            return ids[:n]
+    return ids

@@ -25,7 +25,7 @@ from .runner import KVRunner
 from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
-__all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "DraftContext"]
+__all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "DraftContext", "make_drafter"]
 
 
 @dataclass
@@ -152,6 +152,8 @@ class ModelDrafter:
         # Feed each row's pending context tokens (ragged: left-pad with placeholders).
         cached = self.runner.lengths.tolist()
         pending = [ctx[c:] for ctx, c in zip(self.contexts, cached)]
+        if not all(pending):
+            raise RuntimeError("draft cache holds a row's whole context; the newest token must stay pending")
         width = max(len(p) for p in pending)
         feed = torch.zeros(B, width, dtype=torch.int64)
         live = torch.zeros(B, width, dtype=torch.bool)
@@ -177,14 +179,15 @@ class ModelDrafter:
 
     def update(self, emitted: list[list[int]]) -> None:
         # A cached draft token stays valid iff it and every token before it equal what was
-        # emitted at that position (its keys/values depend on exactly that prefix).
+        # emitted at that position (its keys/values depend on exactly that prefix). The newest
+        # emitted token always stays pending: the next proposal needs the logits it produces.
         keep = []
         for b, new in enumerate(emitted):
             fed, n = self._fed[b], 0
-            while n < len(fed) and n < len(new) and fed[n] == new[n]:
+            while n < len(fed) and n < len(new) - 1 and fed[n] == new[n]:
                 n += 1
-            keep.append(len(self.contexts[b]) + n)
             self.contexts[b].extend(new)
+            keep.append(min(len(self.contexts[b]) - len(new) + n, len(self.contexts[b]) - 1))
         self._fed = [[] for _ in emitted]
         self.runner.truncate(torch.tensor(keep, dtype=torch.int64, device=self.runner.lengths.device))
 
@@ -303,3 +306,34 @@ class HybridDrafter:
     def update(self, emitted: list[list[int]]) -> None:
         self.model.update(emitted)
         self.copy.update(emitted)
+
+
+# ----------------------------------------------------------------------------------------------
+
+DEFAULT_DRAFT_MODEL = "smollm2-135m-draft"
+
+
+def make_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> Drafter | None:
+    """Build a drafter from a command-line style spec.
+
+    ``"none"`` (target-only), ``"ngram"`` (prompt lookup), ``"hybrid"`` (prompt lookup, then the
+    built-in draft model), ``"default"`` (the best built-in drafter available: hybrid when the
+    distilled draft is installed, else ngram), or a model name / path for a :class:`ModelDrafter`
+    (``"NAME+ngram"`` for that model behind prompt lookup).
+    """
+    from .models import ModelLoadError, load_causal_lm
+
+    if spec == "none":
+        return None
+    if spec == "ngram":
+        return PromptLookupDrafter()
+    if spec == "default":
+        try:
+            return HybridDrafter(ModelDrafter(load_causal_lm(DEFAULT_DRAFT_MODEL, dtype=dtype)))
+        except ModelLoadError:
+            return PromptLookupDrafter()
+    if spec == "hybrid":
+        spec = DEFAULT_DRAFT_MODEL + "+ngram"
+    if spec.endswith("+ngram"):
+        return HybridDrafter(ModelDrafter(load_causal_lm(spec[: -len("+ngram")], dtype=dtype)))
+    return ModelDrafter(load_causal_lm(spec, dtype=dtype))

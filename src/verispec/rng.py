@@ -10,7 +10,7 @@ No generator state is carried between calls, so
 
 The mixer is SplitMix64's finaliser, written with int64 torch ops (multiplication wraps
 modulo 2**64, which is what the mixer wants; right shifts are made logical with a mask).
-Uniforms are float64 built from the top 53 bits and lie strictly inside (0, 1), so
+Uniforms are float64 built from the top 52 bits and lie strictly inside (0, 1), so
 ``u < p/q`` never sees u == 0 and ``-log(-log u)`` is always finite.
 """
 
@@ -67,8 +67,12 @@ def _key(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Ten
 
 
 def _to_unit(h: torch.Tensor) -> torch.Tensor:
-    """Top 53 bits -> float64 in the open interval (0, 1)."""
-    return (_shr(h, 11).to(torch.float64) + 0.5) * (2.0**-53)
+    """Top 52 bits -> float64 in the open interval (0, 1): the midpoints (k + 1/2) / 2**52.
+
+    52, not 53: ``k + 0.5`` must be exact in float64; with 53 bits it rounds (to even) and
+    k = 2**53 - 1 gave exactly 1.0.
+    """
+    return (_shr(h, 12).to(torch.float64) + 0.5) * (2.0**-52)
 
 
 def uniform(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
@@ -100,14 +104,14 @@ def sample(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, st
     are never returned. ``seeds`` and ``positions`` broadcast to ``probs.shape[:-1]``.
     Returns int64 token ids of shape ``probs.shape[:-1]``.
     """
-    cdf = torch.cumsum(probs.to(torch.float64), dim=-1)  # [..., V]
-    total = cdf[..., -1:]
+    cdf = probs.to(torch.float64, copy=True).cumsum_(-1)  # [..., V], one float64 buffer
+    total = cdf[..., -1:].contiguous()
     u = uniform(seeds, positions, stream).expand(probs.shape[:-1]).unsqueeze(-1)
-    token = torch.searchsorted(cdf, u * total, right=True).squeeze(-1)
-    # u * total can round up to total; never step past the last token with mass.
-    vocab = probs.shape[-1]
-    last = vocab - 1 - torch.argmax((probs.flip(-1) > 0).to(torch.uint8), dim=-1)
-    return torch.minimum(token, last)
+    token = torch.searchsorted(cdf, u * total, right=True)
+    # u * total can round up to total; never step past the first token where the cdf reaches
+    # its total (that token has mass: the cdf rises there).
+    last = torch.searchsorted(cdf, total, right=False)
+    return torch.minimum(token, last).squeeze(-1)
 
 
 def random_seeds(n: int) -> torch.Tensor:

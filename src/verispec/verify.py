@@ -13,8 +13,17 @@ distributions q_1..q_K:
   target's token is t_i = argmax(log p_i + G); accept while d_i == t_i, then emit t at the first
   mismatch (or the bonus slot). The output is exactly target-only Gumbel sampling with that seed,
   whatever the drafter.
-* Greedy rows (every p one-hot) take a fast path with no random draws: accept while the draft
-  equals the target's argmax. It gives the same tokens the exact rule would.
+* Greedy rows (p one-hot at every slot: temperature 0) take a fast path with no random draws:
+  accept while p_i(d_i) = 1, i.e. while the draft equals the target's argmax, then emit the
+  argmax. It emits exactly what the exact rule would (p(d) = 1 > u q(d) accepts, p(d) = 0
+  rejects, and the residual of a one-hot p is that one-hot). Pass ``greedy=`` when the caller
+  knows (the engine does); otherwise rows are classified with one extra read of p.
+  "gumbel" takes the argmax directly for one-hot slots (log p + G has a single finite entry).
+
+Cost: the exact and greedy rules read only gathered entries of p and q plus one [B, V] slot per
+row (the residual/bonus slot), so on the CPU they are cheaper than reading p and q once;
+validation reads p and q twice more (sum and min per row). "gumbel" hashes V noise values per
+(row, slot), computed slot by slot for the rows still accepting only.
 
 The plain per-row float64 reference that the tests compare this against is
 :func:`verispec.certify.reference_verify`.
@@ -66,6 +75,7 @@ def verify(
     seeds: torch.Tensor | None = None,
     positions: torch.Tensor | None = None,
     method: str = "exact",
+    greedy: bool | torch.Tensor | None = None,
     validate: bool = True,
 ) -> Verification:
     """Verify a batch of drafts against the target and return what to emit.
@@ -80,8 +90,12 @@ def verify(
         positions: ``[B]`` int64 absolute position of draft slot 0 (keys the random draws);
             default 0.
         method: ``"exact"`` or ``"gumbel"``.
-        validate: check every input (cheap; see ``benchmarks``). Turn off only for inputs that
-            come straight from :func:`verispec.logits_to_probs`.
+        greedy: which rows have one-hot p (temperature 0) and take the greedy fast path: a bool
+            for the whole batch or a ``[B]`` bool tensor. ``None`` detects them (one read of p).
+            Validated (each such row must be one-hot at its used slots) when ``validate``.
+        validate: check every input: two reductions (sum, min per row) over p and q, i.e. about
+            twice the cost of reading them once (``verispec bench verify``). Turn off only
+            for inputs that come straight from :func:`verispec.logits_to_probs`.
 
     Returns:
         A :class:`Verification`.
@@ -100,19 +114,39 @@ def verify(
     # Undrafted slots may hold placeholders such as -1: point them at token 0 for the gathers.
     d = torch.where(drafted, draft_tokens, 0)  # [B, K]
 
-    top_p, target_argmax = target_probs.max(-1)  # [B, K+1]
-    greedy = (top_p == 1).all(-1)  # [B] one-hot target at every slot
-    if method == "gumbel":
-        target_choice = _gumbel_targets(target_probs, seeds, positions, target_argmax, greedy)
-        return _accept_while_equal(target_choice, d, drafted, num_draft)
+    if method == "gumbel":  # one-hot slots already take the argmax inside
+        return _verify_gumbel(target_probs, d, drafted, num_draft, seeds, positions)
+    greedy = _greedy_rows(target_probs, greedy, num_draft, validate)  # [B]
     if bool(greedy.all()):
-        return _accept_while_equal(target_argmax, d, drafted, num_draft)
+        return _verify_greedy(target_probs, d, drafted, num_draft)
+    if not bool(greedy.any()):
+        return _verify_exact(target_probs, draft_probs, d, drafted, num_draft, seeds, positions)
+    # Mixed batch: each kind of row on its own subset, then merged row by row.
+    g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
+    fast = _verify_greedy(target_probs[g], d[g], drafted[g], num_draft[g])
+    slow = _verify_exact(target_probs[s], None if draft_probs is None else draft_probs[s], d[s], drafted[s],
+                         num_draft[s], seeds[s], positions[s])
+    return _merge_rows(B, (g, fast), (s, slow), num_draft=num_draft)
 
-    out = _verify_exact(target_probs, draft_probs, d, drafted, num_draft, seeds, positions)
-    if bool(greedy.any()):  # mixed batch: greedy rows take the argmax rule, with no draws
-        fast = _accept_while_equal(target_argmax, d, drafted, num_draft)
-        out = _select_rows(greedy, fast, out)
-    return out
+
+def _greedy_rows(p: torch.Tensor, greedy: bool | torch.Tensor | None, num_draft: torch.Tensor,
+                 validate: bool) -> torch.Tensor:
+    """``[B]`` bool: rows whose p is one-hot at every used slot (0..num_draft)."""
+    B, K1, _ = p.shape
+    if greedy is None or validate:
+        used = torch.arange(K1, device=p.device) <= num_draft[:, None]  # [B, K+1]
+        one_hot = ((p.amax(-1) == 1) | ~used).all(-1)  # [B]
+    if greedy is None:
+        return one_hot
+    if isinstance(greedy, bool):
+        rows = torch.full((B,), greedy, dtype=torch.bool, device=p.device)
+    elif isinstance(greedy, torch.Tensor) and greedy.dtype == torch.bool and tuple(greedy.shape) == (B,):
+        rows = greedy.to(p.device)
+    else:
+        raise TypeError(f"greedy must be None, a bool or a [B] = [{B}] bool tensor")
+    if validate and bool((rows & ~one_hot).any()):
+        raise ValueError("greedy marks rows whose target_probs are not one-hot (temperature 0)")
+    return rows
 
 
 def gumbel_argmax(logprobs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -133,12 +167,25 @@ def gumbel_argmax(logprobs: torch.Tensor, seeds: torch.Tensor, positions: torch.
     seeds = _as_index_vector(seeds, "seeds", B, logprobs.device)
     positions = _as_index_vector(positions, "positions", B, logprobs.device)
     slot_positions = positions[:, None] + torch.arange(K, device=logprobs.device)  # [B, K]
-    noise = gumbel_noise(seeds[:, None], slot_positions, V)  # [B, K, V] float64
-    return (logprobs.to(torch.float64) + noise).argmax(-1)
+    flat_lp = logprobs.reshape(B * K, V)
+    flat_seeds = seeds[:, None].expand(B, K).reshape(-1)
+    flat_pos = slot_positions.reshape(-1)
+    out = torch.empty(B * K, dtype=torch.int64, device=logprobs.device)
+    # The noise is V hashes per (row, slot): work through it in blocks of rows that stay in
+    # cache (the result does not depend on the blocking; every value is elementwise).
+    step = max(1, _GUMBEL_BLOCK // max(V, 1))
+    for start in range(0, B * K, step):
+        rows = slice(start, start + step)
+        noise = gumbel_noise(flat_seeds[rows], flat_pos[rows], V)  # [rows, V] float64
+        out[rows] = noise.add_(flat_lp[rows]).argmax(-1)
+    return out.view(B, K)
+
+
+_GUMBEL_BLOCK = 1 << 16  # noise values per block (512 KiB per int64 or float64 temporary)
 
 
 # ----------------------------------------------------------------------------------------------
-# The three rules
+# The two rules
 
 
 def _verify_exact(
@@ -153,7 +200,6 @@ def _verify_exact(
     B, K1, V = p.shape
     K = K1 - 1
     rows = torch.arange(B, device=p.device)
-    slots = torch.arange(K, device=p.device)
 
     # Accept d_i with probability min(1, p_i(d_i) / q_i(d_i)), i.e. u * q < p with u in (0, 1).
     p_d = p[:, :K].gather(-1, d[..., None]).squeeze(-1).double()  # [B, K]
@@ -163,54 +209,126 @@ def _verify_exact(
     num_accepted = passes.to(torch.int64).cumprod(-1).sum(-1)  # [B] first rejection (or n)
 
     # The emitted token sits at slot j = num_accepted: residual on rejection, bonus if all passed.
+    # Only this one [B, V] slot of p (and of q) is read in full, a block of rows at a time so
+    # that the temporaries stay small (fresh large allocations cost page faults on the CPU).
     j = num_accepted
-    bonus = j == num_draft  # [B]
-    p_j = p[rows, j]  # [B, V]
-    if K == 0:
-        q_j = torch.zeros_like(p_j)
-    elif q is None:
-        d_j = d[rows, j.clamp(max=K - 1)]
-        q_j = torch.zeros_like(p_j).scatter_(-1, d_j[:, None], 1.0)  # one-hot(d_j)
+    rejected = j < num_draft  # [B]; the others take the bonus: residual of p against nothing = p
+    x = torch.empty(B, dtype=torch.int64, device=p.device)
+    for r in _row_blocks(B, V):
+        x[r] = _emit(p, q, d, rows[r], j[r], rejected[r], seeds[r], positions[r])
+    return _assemble(d, num_accepted, x, num_draft)
+
+
+def _emit(
+    p: torch.Tensor,  # [B, K+1, V]
+    q: torch.Tensor | None,  # [B, K, V] or None (point masses)
+    d: torch.Tensor,  # [B, K]
+    rows: torch.Tensor,  # [b] the rows of this block
+    j: torch.Tensor,  # [b] the slot each row emits at
+    rejected: torch.Tensor,  # [b] rejection at slot j (else: bonus)
+    seeds: torch.Tensor,  # [b]
+    positions: torch.Tensor,  # [b]
+) -> torch.Tensor:
+    """x ~ max(0, p_j - q_j) normalised on rejection (p_j if it has no mass), x ~ p_j for the bonus."""
+    K = d.shape[1]
+    p_j = _rows_at(p, rows, j)  # [b, V]
+    if q is None:  # q_j = one-hot(d_j): max(0, p - q) is p with d_j's entry lowered by 1
+        residual = p_j.clamp_min(0)
+        if K > 0:
+            d_j = d[rows, j.clamp(max=K - 1)][:, None]  # [b, 1]
+            lowered = (p_j.gather(-1, d_j) - 1).clamp_min(0)
+            residual.scatter_(-1, d_j, torch.where(rejected[:, None], lowered, residual.gather(-1, d_j)))
     else:
-        q_j = q[rows, j.clamp(max=K - 1)]
-    q_j = q_j * (~bonus)[:, None]  # bonus: residual of p against nothing = p
-    residual = (p_j - q_j).clamp_min(0)  # [B, V] max(0, p - q), unnormalised
+        q_j = _rows_at(q, rows, j.clamp(max=K - 1)) if K > 0 else torch.zeros_like(p_j)  # [b, V], a copy
+        q_j.masked_fill_(~rejected[:, None], 0)  # bonus rows: max(0, p - 0) = p
+        residual = torch.sub(p_j, q_j, out=q_j).clamp_min_(0)  # max(0, p - q), in place
     # Zero residual mass means p == q, where rejection has probability 0; floating point can
     # still get here, and the correct fallback is p itself (not a "tiny-clamped" residual).
     no_mass = residual.sum(-1) <= 0
-    residual = torch.where(no_mass[:, None], p_j, residual)
-    x = sample(residual, seeds, positions + j, STREAM_EMIT)  # [B]
-    return _assemble(d, num_accepted, x, slots, num_draft)
+    if bool(no_mass.any()):
+        residual[no_mass] = p_j[no_mass]
+    return sample(residual, seeds, positions + j, STREAM_EMIT)
 
 
-def _accept_while_equal(
-    target_choice: torch.Tensor,  # [B, K+1] the target's token at each slot
+def _rows_at(x: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """``x[rows, slots]`` for ``x`` of shape ``[B, S, V]``: a fresh ``[b, V]`` tensor (whole-row copies)."""
+    if x.is_contiguous():
+        return x.view(-1, x.shape[-1]).index_select(0, rows * x.shape[1] + slots)
+    return x[rows, slots]
+
+
+def _row_blocks(n_rows: int, row_len: int, block: int = 1 << 20) -> list[slice]:
+    """Slices of rows holding about ``block`` elements each (at least one row)."""
+    step = max(1, block // max(row_len, 1))
+    return [slice(i, i + step) for i in range(0, n_rows, step)]
+
+
+def _verify_greedy(
+    p: torch.Tensor,  # [B, K+1, V] one-hot at every used slot
     d: torch.Tensor,  # [B, K]
     drafted: torch.Tensor,  # [B, K]
     num_draft: torch.Tensor,  # [B]
 ) -> Verification:
-    """Deterministic verification: accept while the draft equals the target's choice, then emit it."""
-    K = d.shape[1]
-    matches = drafted & (d == target_choice[:, :K])
-    num_accepted = matches.to(torch.int64).cumprod(-1).sum(-1)  # [B]
-    x = target_choice.gather(1, num_accepted[:, None]).squeeze(1)  # [B]
-    return _assemble(d, num_accepted, x, torch.arange(K, device=d.device), num_draft)
+    """Accept while p_i(d_i) = 1 (the draft is the argmax), then emit the argmax: no random draws."""
+    B, K1, V = p.shape
+    K = K1 - 1
+    p_d = p[:, :K].gather(-1, d[..., None]).squeeze(-1)  # [B, K]
+    num_accepted = (drafted & (p_d == 1)).to(torch.int64).cumprod(-1).sum(-1)  # [B]
+    rows = torch.arange(B, device=p.device)
+    x = _rows_at(p, rows, num_accepted).argmax(-1)  # [B] the argmax at the emitting slot
+    return _assemble(d, num_accepted, x, num_draft)
 
 
-def _gumbel_targets(
-    p: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, target_argmax: torch.Tensor, greedy: torch.Tensor
-) -> torch.Tensor:
-    """t_i = argmax(log p_i + G(seed, position + i)) for sampled rows, the argmax for greedy rows."""
-    choice = target_argmax.clone()
-    sampled = ~greedy
-    if bool(sampled.any()):
-        choice[sampled] = gumbel_argmax(torch.log(p[sampled]), seeds[sampled], positions[sampled])
-    return choice
+def _merge_rows(B: int, *parts: tuple[torch.Tensor, Verification], num_draft: torch.Tensor) -> Verification:
+    """Scatter per-subset results (row indices, Verification) back into one batch of B rows."""
+    (_, first), K1 = parts[0], parts[0][1].tokens.shape[1]
+    tokens = first.tokens.new_empty(B, K1)
+    num_accepted = first.num_accepted.new_empty(B)
+    for rows, v in parts:
+        tokens[rows], num_accepted[rows] = v.tokens, v.num_accepted
+    return Verification(tokens=tokens, num_accepted=num_accepted, num_emitted=num_accepted + 1,
+                        accepted=torch.arange(K1 - 1, device=tokens.device) < num_accepted[:, None],
+                        num_draft=num_draft)
 
 
-def _assemble(
-    d: torch.Tensor, num_accepted: torch.Tensor, x: torch.Tensor, slots: torch.Tensor, num_draft: torch.Tensor
+def _verify_gumbel(
+    p: torch.Tensor,  # [B, K+1, V]
+    d: torch.Tensor,  # [B, K]
+    drafted: torch.Tensor,  # [B, K]
+    num_draft: torch.Tensor,  # [B]
+    seeds: torch.Tensor,  # [B]
+    positions: torch.Tensor,  # [B]
 ) -> Verification:
+    """Accept while d_i equals the target's t_i = argmax(log p_i + G(seed, position + i)), then emit t.
+
+    Slot by slot, t_i is computed only for the rows still accepting (the noise costs V hashes
+    per row and slot). A one-hot p_i gives its argmax directly: log p_i + G has one finite entry.
+    """
+    B, K1, V = p.shape
+    K = K1 - 1
+    num_accepted = torch.zeros(B, dtype=torch.int64, device=p.device)
+    x = torch.zeros(B, dtype=torch.int64, device=p.device)
+    live = torch.arange(B, device=p.device)  # rows whose slot i is still undecided
+    for i in range(K1):
+        p_i = _rows_at(p, live, torch.full_like(live, i))  # [n, V]
+        one_hot = p_i.amax(-1) == 1
+        t = torch.empty_like(live)  # the target's token at slot i
+        if bool(one_hot.any()):
+            t[one_hot] = p_i[one_hot].argmax(-1)
+        sampled = ~one_hot
+        if bool(sampled.any()):
+            lp = torch.log(p_i[sampled])[:, None]  # [m, 1, V]
+            t[sampled] = gumbel_argmax(lp, seeds[live[sampled]], positions[live[sampled]] + i)[:, 0]
+        go_on = drafted[live, i] & (d[live, i] == t) if i < K else torch.zeros_like(one_hot)
+        stop = live[~go_on]
+        num_accepted[stop], x[stop] = i, t[~go_on]
+        live = live[go_on]
+        if live.numel() == 0:
+            break
+    return _assemble(d, num_accepted, x, num_draft)
+
+
+def _assemble(d: torch.Tensor, num_accepted: torch.Tensor, x: torch.Tensor, num_draft: torch.Tensor) -> Verification:
     B, K = d.shape
     slots1 = torch.arange(K + 1, device=d.device)
     tokens = torch.cat([d, d.new_full((B, 1), -1)], dim=1)  # [B, K+1]
@@ -220,23 +338,8 @@ def _assemble(
         tokens=tokens,
         num_accepted=num_accepted,
         num_emitted=num_accepted + 1,
-        accepted=slots < num_accepted[:, None],
+        accepted=slots1[:K] < num_accepted[:, None],
         num_draft=num_draft,
-    )
-
-
-def _select_rows(mask: torch.Tensor, a: Verification, b: Verification) -> Verification:
-    """Row-wise ``a if mask else b``."""
-
-    def pick(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.where(mask.view(-1, *[1] * (x.dim() - 1)), x, y)
-
-    return Verification(
-        tokens=pick(a.tokens, b.tokens),
-        num_accepted=pick(a.num_accepted, b.num_accepted),
-        num_emitted=pick(a.num_emitted, b.num_emitted),
-        accepted=pick(a.accepted, b.accepted),
-        num_draft=a.num_draft,
     )
 
 
@@ -246,7 +349,8 @@ def _uniform_slots(seeds: torch.Tensor, positions: torch.Tensor, K: int, stream:
 
 
 # ----------------------------------------------------------------------------------------------
-# Input validation: clear errors naming the argument, at the cost of ~one extra read of p and q.
+# Input validation: clear errors naming the argument, at the cost of two reductions over p and q
+# (sum and min per row).
 
 
 def _check_shapes(

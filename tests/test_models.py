@@ -311,3 +311,25 @@ def test_real_gguf_file_matches_cached_model() -> None:
     ids = cached.tokenizer("def fibonacci(n):", return_tensors="pt").input_ids
     assert direct.tokenizer("def fibonacci(n):", return_tensors="pt").input_ids.tolist() == ids.tolist()
     torch.testing.assert_close(direct.model(ids).logits, cached.model(ids).logits, atol=1e-4, rtol=0)
+
+
+def test_full_head_with_vocab_map_is_sliced_at_load(tmp_path):
+    """A draft with a full tied head plus a vocab_map computes only the mapped rows."""
+    from safetensors.torch import save_file
+
+    from verispec.testing import save_tiny_llama
+
+    path = save_tiny_llama(tmp_path / "d", vocab_size=64, seed=4, dtype=torch.float32)
+    vmap = torch.tensor([2, 5, 7, 11, 40, 63], dtype=torch.int64)
+    save_file({"vocab_map": vmap}, str(path / "vocab_map.safetensors"))
+    full = load_causal_lm(path, fast_head=False)
+    assert full.vocab_size == 6 and torch.equal(full.vocab_map, vmap)
+    ref = load_causal_lm(path.parent / "d", fast_head=False)  # same files: sliced again
+    plain = save_tiny_llama(tmp_path / "plain", vocab_size=64, seed=4, dtype=torch.float32)
+    whole = load_causal_lm(plain, fast_head=False)
+    ids = torch.tensor([[5, 9, 12, 30]])
+    with torch.no_grad():
+        got = full.model(ids).logits
+        want = whole.model(ids).logits[..., vmap]
+    assert torch.allclose(got, want, atol=1e-6)
+    assert ref.model.get_input_embeddings().num_embeddings == 64  # inputs stay target ids

@@ -138,6 +138,8 @@ def load_causal_lm(
     vocab_map = _load_vocab_map(path) if path.is_dir() else None
 
     _check_vocab(model, tok, vocab_map, name, tokenizer)
+    if vocab_map is not None and vocab_map.numel() < _head_rows(model):
+        _slice_head(model, vocab_map)
     _finalize(model, tok, dtype)
     if fast_head:
         fast_lm_head(model)
@@ -351,12 +353,28 @@ def _check_vocab(model: transformers.PreTrainedModel, tok: transformers.PreTrain
                 "tokenizer and model do not match (a reduced head needs vocab_map.safetensors)"
             )
         return
-    if vocab_map.numel() != rows:
+    # Either the head is already reduced (one row per vocab_map entry), or it is a full head over
+    # the tokenizer's ids and the vocab_map picks the rows the draft uses (sliced at load).
+    if vocab_map.numel() != rows and not (vocab_map.numel() < rows and rows >= n_tok):
         raise ModelLoadError(f"{name!r}: vocab_map has {vocab_map.numel()} entries but the output head has {rows} rows")
     if vocab_map.numel() and (int(vocab_map.min()) < 0 or int(vocab_map.max()) >= n_tok):
         raise ModelLoadError(f"{name!r}: vocab_map has token ids outside [0, {n_tok}) of the tokenizer")
     if torch.unique(vocab_map).numel() != vocab_map.numel():
         raise ModelLoadError(f"{name!r}: vocab_map repeats token ids")
+
+
+def _slice_head(model: transformers.PreTrainedModel, vocab_map: torch.Tensor) -> None:
+    """Keep only the ``vocab_map`` rows of a full output head, in place (row i scores token vocab_map[i]).
+
+    A distilled draft ships a full, tied ``V x H`` head so that HF assisted generation can use
+    it unchanged; verispec computes only the rows it needs (tokens outside get q = 0, which the
+    exact verifier handles). The input embedding keeps every row: inputs stay target ids.
+    """
+    w = model.get_output_embeddings().weight.detach()[vocab_map].clone()  # [N, H]
+    head = nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype, device=w.device)
+    head.weight = nn.Parameter(w, requires_grad=False)
+    model.config.tie_word_embeddings = False  # the head no longer mirrors the embedding
+    model.set_output_embeddings(head)
 
 
 def _finalize(model: transformers.PreTrainedModel, tok: transformers.PreTrainedTokenizerBase,

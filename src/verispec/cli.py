@@ -119,8 +119,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         print(result.texts[0])
     st = result.stats
     drafter_name = getattr(drafter, "name", "none") if drafter is not None else "none"
+    alpha = "-" if st.drafted == 0 else f"{st.alpha:.2f}"
     line = (f"{st.emitted} tokens in {st.wall:.2f} s = {st.tokens_per_second:.1f} tok/s | draft {drafter_name}, "
-            f"k={args.k}, alpha={st.alpha:.2f}, tau={st.tau:.2f} tokens/target pass")
+            f"k={args.k}, alpha={alpha}, tau={st.tau:.2f} tokens/target pass")
     if drafter is not None and st.emitted:
         # Estimate: target-only would take one measured one-token target step per token.
         step = decoder.target_step_seconds(decoder.encode([args.prompt], chat=args.chat)[0] + result.token_ids[0])
@@ -130,7 +131,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         line += (f" | measured speedup {st.tokens_per_second / base.stats.tokens_per_second:.2f}x "
                  f"vs target-only {base.stats.tokens_per_second:.1f} tok/s"
                  f"{'' if sampling.temperature else ', same text: ' + str(base.token_ids == result.token_ids)}")
-    console.print(line, highlight=False)
+    print(line, file=sys.stderr)  # one line, never wrapped
     return 0
 
 

@@ -283,7 +283,12 @@ class SpeculativeDecoder:
                 draft = drafter.propose(k_rows)
                 stats.time_draft += time.perf_counter() - t0
                 stats.draft_forwards += draft.forwards
-                d_tok, q, n_draft = draft.tokens, draft.probs, torch.minimum(draft.num_draft, k_rows)
+                n_draft = torch.minimum(draft.num_draft, k_rows)
+                # Verify only as wide as the longest draft: a pass of K+1 tokens costs more than
+                # one of fewer (a prompt-lookup miss should cost a one-token step, not K+1).
+                width = int(n_draft.max())
+                d_tok = draft.tokens[:, :width]
+                q = None if draft.probs is None else draft.probs[:, :width]
             else:
                 d_tok, q, n_draft = torch.zeros(B, 0, dtype=torch.int64), None, torch.zeros(B, dtype=torch.int64)
             K = d_tok.shape[1]

@@ -1,0 +1,250 @@
+"""Turn a :class:`BenchRun` into the numbers of the report (a JSON-ready dict).
+
+Aggregation (Spec-Bench style): a config's tokens/s = total tokens / total wall over prompts,
+each prompt's wall the median over repeats; speedup = that over the target-only tokens/s on
+the same prompts in the same run. alpha, tau and per-position acceptance pool the counts of
+every generation of a config. Verify costs ``v(w)`` are medians of all target passes of width
+``w`` in the run (all verispec configs pooled, same model and machine), ``v(1)`` from them too.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+
+from ..engine import GenerationStats
+from .runner import BenchConfig, BenchRun, Measurement
+from .theory import cost_ratio, expected_tokens, median_widths, optimal_k, predicted_speedup, safe_ratio, verify_cost
+
+__all__ = ["analyse"]
+
+_TIME_KEYS = ("time_prefill", "time_target", "time_draft", "time_verify", "time_other")
+
+
+def analyse(run: BenchRun) -> dict:
+    """All numbers of a run: per config, per prompt, per category, theory, equality checks."""
+    by_cfg: dict[str, list[Measurement]] = defaultdict(list)
+    for m in run.measurements:
+        by_cfg[m.config].append(m)
+    per_prompt = {c.key: _per_prompt(by_cfg.get(c.key, [])) for c in run.configs}
+    base_cfg = run.configs[0]
+    base = per_prompt[base_cfg.key]
+    base_tokens: dict[str, list[int]] = {}
+    for m in sorted(by_cfg.get(base_cfg.key, []), key=lambda m: m.repeat):
+        base_tokens.setdefault(m.prompt_id, m.tokens)
+
+    # Verify cost table, pooled over every verispec target pass of the run.
+    widths: dict[int, list[float]] = defaultdict(list)
+    for m in run.measurements:
+        if m.stats is not None:
+            for w, ts in m.stats.verify_width_seconds.items():
+                widths[int(w)].extend(ts)
+    v_sec = median_widths(widths)
+    v1 = v_sec.get(1, math.nan)
+    v_ratio = {w: s / v1 for w, s in v_sec.items()} if math.isfinite(v1) and v1 > 0 else {}
+
+    greedy_check = run.settings.sampling.greedy or run.settings.method == "gumbel"
+    hf_check = run.settings.sampling.greedy
+    configs = []
+    for cfg in run.configs:
+        ms = by_cfg.get(cfg.key, [])
+        row = _config_row(cfg, ms, per_prompt[cfg.key], base, v1, v_ratio)
+        if cfg.is_baseline and greedy_check:
+            row["mismatches"] = _mismatches(ms, base_tokens)  # repeats of the baseline itself
+            row["outputs_equal"] = None if not ms else not row["mismatches"]
+        elif not cfg.is_baseline and ((cfg.engine == "verispec" and greedy_check) or (cfg.engine == "hf" and hf_check)):
+            row["mismatches"] = _mismatches(ms, base_tokens)
+            row["outputs_equal"] = None if not ms or not base else not row["mismatches"]
+        else:
+            row["mismatches"], row["outputs_equal"] = [], None
+        configs.append(row)
+    rows = {r["config"]: r for r in configs}
+
+    # verispec vs HF: same drafter and K, or (adaptive K) HF's best setting of that drafter.
+    for r in configs:
+        r["vs_hf"], r["hf_config"] = None, None
+        if r["engine"] != "verispec" or r["drafter"] is None:
+            continue
+        same = [h for h in configs if h["engine"] == "hf" and h["drafter"] == r["drafter"] and h["tokens_per_s"]]
+        exact = [h for h in same if h["k"] == r["k"]]
+        cands = exact or ([] if isinstance(r["k"], int) else same)
+        if cands:
+            h = max(cands, key=lambda h: h["tokens_per_s"])
+            common = set(per_prompt[r["config"]]) & set(per_prompt[h["config"]])
+            r["vs_hf"] = _nan_to_none(safe_ratio(_tps(per_prompt[r["config"]], common), _tps(per_prompt[h["config"]], common)))
+            r["hf_config"] = h["config"]
+    hf_base = next((r for r in configs if r["engine"] == "hf" and r["drafter"] is None), None)
+
+    # Predicted optimal K per drafter from its pooled alpha and c.
+    drafters: dict[str, dict] = {}
+    for r in configs:
+        if r["engine"] == "verispec" and r["drafter"] is not None and r["drafted"]:
+            d = drafters.setdefault(r["drafter"], {"drafted": 0, "accepted": 0, "time_draft": 0.0, "draft_steps": 0})
+            d["drafted"] += r["drafted"]
+            d["accepted"] += r["accepted"]
+            d["time_draft"] += r["time_draft"]
+            d["draft_steps"] += r["draft_forwards"] or r["drafted"]
+    theory = {"v1_seconds": _nan_to_none(v1), "verify_seconds": v_sec, "verify_ratio": v_ratio, "drafters": {}}
+    for name, d in drafters.items():
+        alpha = d["accepted"] / d["drafted"]
+        c = cost_ratio(d["time_draft"], d["draft_steps"], d["draft_steps"], v1)
+        entry = {"alpha": alpha, "c": _nan_to_none(c)}
+        if math.isfinite(c):
+            k, s = optimal_k(alpha, c, v_ratio or None)
+            k_thm, s_thm = optimal_k(alpha, c, None)
+            entry.update(optimal_k=k, optimal_predicted_speedup=s, optimal_k_thm38=k_thm, optimal_speedup_thm38=s_thm)
+        theory["drafters"][name] = entry
+
+    # Per category: tokens/s and speedup of every config.
+    categories: dict[str, dict] = {}
+    cats = sorted({p.category for p in run.prompts}, key=[p.category for p in run.prompts].index)
+    for cat in cats:
+        ids = {p.id for p in run.prompts if p.category == cat}
+        out = {}
+        for cfg in run.configs:
+            pp = per_prompt[cfg.key]
+            common = ids & set(pp) & set(base)
+            tps = _tps(pp, ids & set(pp))
+            out[cfg.key] = {"tokens_per_s": _nan_to_none(tps),
+                            "speedup": None if cfg.is_baseline else _nan_to_none(safe_ratio(_tps(pp, common), _tps(base, common)))}
+        categories[cat] = out
+
+    spec = [r for r in configs if r["engine"] == "verispec" and r["drafter"] is not None and r["tokens_per_s"]]
+    best = max(spec, key=lambda r: r["speedup"] or -1.0) if spec else None
+    checked = [r["outputs_equal"] for r in configs
+               if r["engine"] == "verispec" and r["drafter"] is not None and r["outputs_equal"] is not None]
+    hf_checked = [r["outputs_equal"] for r in configs if r["engine"] == "hf" and r["outputs_equal"] is not None]
+    summary = {
+        "workload": None,  # filled by the caller (it knows the command line)
+        "target": run.target,
+        "baseline_tokens_per_s": rows[base_cfg.key]["tokens_per_s"],
+        "greedy_outputs_equal": all(checked) if checked else None,
+        "best": None if best is None else {
+            "drafter": best["drafter"], "k": best["k"], "tokens_per_s": best["tokens_per_s"],
+            "speedup": best["speedup"], "alpha": best["alpha"], "tau": best["tau"],
+            "predicted_speedup": best["predicted_speedup"],
+        },
+        "vs_hf": None if best is None else best["vs_hf"],
+    }
+    return {
+        "summary": summary,
+        "partial": run.partial,
+        "configs": configs,
+        "hf_baseline_vs_verispec_baseline": None if hf_base is None else _nan_to_none(
+            safe_ratio(rows[base_cfg.key]["tokens_per_s"], hf_base["tokens_per_s"])),
+        "hf_outputs_equal": all(hf_checked) if hf_checked else None,
+        "theory": theory,
+        "categories": categories,
+        "per_prompt": [
+            {"prompt_id": pid, "config": key, **vals}
+            for key, pp in per_prompt.items() for pid, vals in pp.items()
+        ],
+        "notes": list(run.notes),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _per_prompt(ms: list[Measurement]) -> dict[str, dict]:
+    """prompt id -> {category, n_tokens, wall (median over repeats), tokens_per_s, repeats, stats sums}."""
+    groups: dict[str, list[Measurement]] = defaultdict(list)
+    for m in ms:
+        groups[m.prompt_id].append(m)
+    out = {}
+    for pid, g in groups.items():
+        wall = statistics.median(m.wall for m in g)
+        n = g[0].n_tokens
+        st = _sum_stats(m.stats for m in g if m.stats is not None)
+        out[pid] = {
+            "category": g[0].category, "n_tokens": n, "wall": wall, "walls": [m.wall for m in g],
+            "tokens_per_s": n / wall if wall > 0 else None, "repeats": len(g), "finish_reason": g[0].finish_reason,
+            "alpha": _nan_to_none(safe_ratio(st["accepted"], st["drafted"])) if st else None,
+            "tau": _nan_to_none(safe_ratio(st["emitted"], st["row_steps"])) if st else None,
+            **({k: st[k] for k in ("drafted", "accepted", "target_forwards", "draft_forwards", *_TIME_KEYS)} if st else {}),
+        }
+    return out
+
+
+def _sum_stats(stats: Iterable[GenerationStats]) -> dict | None:
+    stats = list(stats)
+    if not stats:
+        return None
+    keys = ("drafted", "accepted", "emitted", "target_forwards", "row_steps", "draft_forwards", "wall",
+            "time_prefill", "time_target", "time_draft", "time_verify")
+    out = {k: sum(getattr(s, k) for s in stats) for k in keys}
+    out["time_other"] = sum(s.time_other for s in stats)
+    n = max((len(s.slot_drafted) for s in stats), default=0)
+    out["slot_drafted"] = [sum(s.slot_drafted[i] for s in stats if i < len(s.slot_drafted)) for i in range(n)]
+    out["slot_accepted"] = [sum(s.slot_accepted[i] for s in stats if i < len(s.slot_accepted)) for i in range(n)]
+    return out
+
+
+def _tps(pp: dict[str, dict], ids: Iterable[str]) -> float:
+    ids = list(ids)
+    n = sum(pp[i]["n_tokens"] for i in ids)
+    w = sum(pp[i]["wall"] for i in ids)
+    return n / w if w > 0 else math.nan
+
+
+def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, base: dict, v1: float,
+                v_ratio: dict[int, float]) -> dict:
+    common = set(pp) & set(base)
+    tps = _tps(pp, pp)
+    row: dict = {
+        "config": cfg.key, "engine": cfg.engine, "drafter": cfg.drafter, "k": cfg.k,
+        "hf_setting": cfg.hf.describe() if cfg.hf is not None and cfg.hf.kind != "none" else None,
+        "prompts": len(pp), "generations": len(ms), "tokens": sum(v["n_tokens"] for v in pp.values()),
+        "tokens_per_s": _nan_to_none(tps),
+        "speedup": None if cfg.is_baseline else _nan_to_none(safe_ratio(_tps(pp, common), _tps(base, common))),
+    }
+    st = _sum_stats(m.stats for m in ms if m.stats is not None)
+    if st is None:  # HF: only tokens and time
+        row.update(alpha=None, tau=None, drafted=None, accepted=None, draft_forwards=None, predicted_speedup=None)
+        return row
+    alpha = safe_ratio(st["accepted"], st["drafted"])
+    tau = safe_ratio(st["emitted"], st["row_steps"])
+    mean_k = safe_ratio(st["drafted"], st["row_steps"])  # drafted tokens per target pass
+    c = cost_ratio(st["time_draft"], st["draft_forwards"], st["drafted"], v1)
+    row.update(
+        alpha=_nan_to_none(alpha), tau=_nan_to_none(tau), mean_k=_nan_to_none(mean_k),
+        drafted=st["drafted"], accepted=st["accepted"], emitted=st["emitted"],
+        target_forwards=st["target_forwards"], draft_forwards=st["draft_forwards"],
+        per_position_acceptance=[_nan_to_none(safe_ratio(a, d)) for a, d in zip(st["slot_accepted"], st["slot_drafted"])],
+        slot_drafted=st["slot_drafted"], slot_accepted=st["slot_accepted"],
+        time_breakdown={k: st[k] for k in ("wall", *_TIME_KEYS)},
+        time_draft=st["time_draft"],
+        target_step_ms=_nan_to_none(1e3 * safe_ratio(st["time_target"], st["target_forwards"])),
+        c=_nan_to_none(c),
+    )
+    # Theory: Leviathan with the measured alpha, c and v(K+1)/v(1). K is the configured K for a
+    # fixed policy, and the mean drafted tokens per pass for the adaptive ones.
+    k_theory = cfg.k if isinstance(cfg.k, int) else mean_k
+    pred = vr = e = None
+    if cfg.drafter is not None and math.isfinite(alpha) and k_theory is not None and math.isfinite(k_theory):
+        vr = verify_cost(v_ratio, k_theory + 1) if v_ratio else None
+        e = expected_tokens(alpha, k_theory)
+        if vr is not None and math.isfinite(c):
+            pred = predicted_speedup(alpha, k_theory, c, vr)
+    row.update(k_theory=_nan_to_none(k_theory) if k_theory is not None else None, verify_ratio=vr,
+               expected_tokens=e, predicted_speedup=pred)
+    return row
+
+
+def _mismatches(ms: list[Measurement], base_tokens: dict[str, list[int]]) -> list[dict]:
+    """Generations whose tokens differ from target-only decoding of the same prompt."""
+    out = []
+    for m in ms:
+        ref = base_tokens.get(m.prompt_id)
+        if ref is None or ref == m.tokens:
+            continue
+        first = next((i for i, (a, b) in enumerate(zip(ref, m.tokens)) if a != b), min(len(ref), len(m.tokens)))
+        out.append({"prompt_id": m.prompt_id, "repeat": m.repeat, "first_difference": first,
+                    "baseline_tokens": len(ref), "tokens": len(m.tokens)})
+    return out
+
+
+def _nan_to_none(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x

@@ -1,0 +1,272 @@
+"""``verispec bench``: argument parsing and the top-level run (``add_bench_arguments``, ``run_bench``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from ..sampling import SamplingParams
+from .workloads import BUILTIN_WORKLOADS, BenchPrompt, load_prompt_file, load_workload
+
+__all__ = ["add_bench_arguments", "run_bench", "QUICK", "DEFAULTS"]
+
+DEFAULT_TARGET = "smollm2-135m"
+DEFAULT_DRAFT_MODEL = "smollm2-135m-draft"
+DEFAULTS = {"workload": "all", "k": "1,2,4,6,8,auto", "max_new_tokens": 128, "repeats": 1, "limit": None}
+# --quick: 3 code prompts x 64 tokens, K in {4, auto}: ~1 minute for the default pair on 2 cores.
+QUICK = {"workload": "code", "k": "4,auto", "max_new_tokens": 64, "repeats": 1, "limit": 3}
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``verispec bench`` options to ``parser``."""
+    g = parser.add_argument_group("models")
+    g.add_argument("--target", default=DEFAULT_TARGET, help=f"target model name or path (default {DEFAULT_TARGET})")
+    g.add_argument("--draft", action="append", metavar="DRAFT",
+                   help="drafter, repeatable: a model name/path, 'ngram' (prompt lookup), 'hybrid' (prompt lookup, "
+                        f"then {DEFAULT_DRAFT_MODEL}) or 'none' (target-only only). Default: hybrid if "
+                        f"{DEFAULT_DRAFT_MODEL} is installed, else ngram")
+    g = parser.add_argument_group("workload")
+    g.add_argument("--workload", help="built-in prompt set(s), comma-separated: "
+                   + ", ".join(BUILTIN_WORKLOADS) + " or all (default all; --quick: code)")
+    g.add_argument("--prompts", metavar="FILE.jsonl", help="Spec-Bench format question file instead of --workload")
+    g.add_argument("--skip-bad", action="store_true", help="skip malformed lines of --prompts with a warning")
+    g.add_argument("--limit", type=int, metavar="N", help="use the first N prompts of each category")
+    g = parser.add_argument_group("decoding")
+    g.add_argument("--k", help="draft lengths to sweep: ints, 'heuristic', 'auto' (default 1,2,4,6,8,auto)")
+    g.add_argument("--method", choices=("exact", "gumbel"), default="exact", help="verification method")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--min-p", type=float, default=0.0)
+    g.add_argument("--max-new-tokens", type=int, help="tokens per prompt (default 128; --quick: 64)")
+    g.add_argument("--seed", type=int, default=0, help="base seed; prompt i uses seed + i")
+    g = parser.add_argument_group("measurement")
+    g.add_argument("--repeats", type=int, help="timed generations per prompt and config; median wall (default 1)")
+    g.add_argument("--compare", choices=("hf",), help="also run HuggingFace generate (assisted / prompt lookup)")
+    g.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    g.add_argument("--quick", action="store_true",
+                   help="small preset: code workload, 3 prompts, 64 new tokens, K in {4, auto} (~1-2 min)")
+    g.add_argument("--out", metavar="DIR", help="write report.json, results.csv and PNG plots here")
+
+
+def _parse_ks(text: str) -> list[int | str]:
+    ks: list[int | str] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part in ("auto", "heuristic"):
+            k: int | str = part
+        else:
+            try:
+                k = int(part)
+            except ValueError:
+                raise ValueError(f"--k: {part!r} is not an int, 'heuristic' or 'auto'") from None
+            if not 1 <= k <= 64:
+                raise ValueError(f"--k: {k} is outside [1, 64]")
+        if k not in ks:
+            ks.append(k)
+    if not ks:
+        raise ValueError("--k is empty")
+    return ks
+
+
+def _resolve(args: argparse.Namespace) -> dict:
+    preset = QUICK if args.quick else DEFAULTS
+    opt = {key: getattr(args, key) if getattr(args, key) is not None else preset[key] for key in preset}
+    if args.prompts and args.workload:
+        raise ValueError("give either --workload or --prompts, not both")
+    if opt["max_new_tokens"] < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {opt['max_new_tokens']}")
+    if opt["repeats"] < 1:
+        raise ValueError(f"--repeats must be >= 1, got {opt['repeats']}")
+    if opt["limit"] is not None and opt["limit"] < 1:
+        raise ValueError(f"--limit must be >= 1, got {opt['limit']}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    opt["ks"] = _parse_ks(opt["k"])
+    opt["sampling"] = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                     min_p=args.min_p, seed=args.seed)
+    return opt
+
+
+def _load_prompts(args: argparse.Namespace, opt: dict) -> tuple[list[BenchPrompt], str]:
+    if args.prompts:
+        prompts, name = load_prompt_file(args.prompts, skip_bad=args.skip_bad), Path(args.prompts).name
+    else:
+        prompts, name = load_workload(opt["workload"]), opt["workload"]
+    if opt["limit"] is not None:
+        seen: dict[str, int] = {}
+        kept = []
+        for p in prompts:
+            seen[p.category] = seen.get(p.category, 0) + 1
+            if seen[p.category] <= opt["limit"]:
+                kept.append(p)
+        prompts = kept
+    return prompts, name
+
+
+def _load_drafters(specs: list[str] | None, target, target_name: str, console: Console, notes: list[str]):
+    from ..drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
+    from ..models import ModelLoadError, load_causal_lm
+    from .runner import DrafterSpec
+
+    models: dict[str, object] = {}
+    if specs is None:  # the best built-in: hybrid over the distilled draft if it loads, else prompt lookup
+        specs = ["ngram"]
+        if target_name == DEFAULT_TARGET:
+            try:
+                with console.status(f"loading draft {DEFAULT_DRAFT_MODEL} ..."):
+                    models[DEFAULT_DRAFT_MODEL] = load_causal_lm(DEFAULT_DRAFT_MODEL)
+                specs = ["hybrid"]
+            except ModelLoadError as e:
+                notes.append(f"default drafter: ngram ({DEFAULT_DRAFT_MODEL} unavailable: {e})")
+    out: list[DrafterSpec] = []
+
+    def model(name: str):
+        if name not in models:
+            with console.status(f"loading draft {name} ..."):
+                models[name] = load_causal_lm(name)
+        return models[name]
+
+    for spec in specs:
+        if spec == "none":
+            continue
+        if spec == "ngram":
+            d = DrafterSpec("ngram", PromptLookupDrafter(), "ngram")
+        elif spec == "hybrid":
+            lm = model(DEFAULT_DRAFT_MODEL)
+            d = DrafterSpec(f"hybrid({DEFAULT_DRAFT_MODEL})", HybridDrafter(ModelDrafter(lm)), "hybrid", lm)
+        else:
+            lm = model(spec)
+            d = DrafterSpec(Path(spec).name if os.sep in spec or "/" in spec else spec, ModelDrafter(lm), "model", lm)
+        d.drafter.bind(target)  # tokenizer mismatch: a clear error before anything runs
+        if any(o.label == d.label for o in out):
+            continue
+        out.append(d)
+    return out
+
+
+def _machine() -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "hostname": platform.node()}
+
+
+def _versions() -> dict:
+    import numpy
+    import torch
+    import transformers
+
+    from .. import __version__
+
+    return {"verispec": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
+            "transformers": transformers.__version__, "numpy": numpy.__version__}
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Run ``verispec bench`` with parsed ``args``; returns the exit code (130 if interrupted)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from ..models import load_causal_lm
+    from .analysis import analyse
+    from .report import print_report, write_outputs
+    from .runner import BenchSettings, run_benchmark
+
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: wide enough for the tables
+        console = Console(width=160)
+    opt = _resolve(args)
+    prompts, workload = _load_prompts(args, opt)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    load_start = _loadavg()
+    if load_start and load_start[0] > (os.cpu_count() or 1) + 0.5:
+        console.print(f"[yellow]note:[/] the machine is busy (load {load_start[0]:.1f} on {os.cpu_count()} cores): "
+                      "timings are noisy, and multi-threaded torch suffers most from contention (try --threads 1)")
+    with console.status(f"loading target {args.target} ..."):
+        target = load_causal_lm(args.target)
+    notes: list[str] = []
+    drafters = _load_drafters(args.draft, target, args.target, console, notes)
+    settings = BenchSettings(max_new_tokens=opt["max_new_tokens"], sampling=opt["sampling"], ks=opt["ks"],
+                             repeats=opt["repeats"], seed=args.seed, method=args.method,
+                             compare_hf=args.compare == "hf")
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("benchmark", total=None)
+
+        def on_start(total: int) -> None:
+            progress.update(task, total=total)
+
+        def on_step(desc: str, done: int, total: int) -> None:
+            progress.update(task, completed=done, description=desc[:60])
+
+        run = run_benchmark(target, drafters, prompts, settings, on_step=on_step, on_start=on_start)
+    run.notes[:0] = notes
+
+    report = analyse(run)
+    report["summary"]["workload"] = workload
+    s = opt["sampling"]
+    report = {
+        "summary": report.pop("summary"),
+        "partial": report.pop("partial"),
+        "command": ["verispec", "bench", *sys.argv[2:]] if len(sys.argv) > 1 and sys.argv[1] == "bench" else sys.argv,
+        "versions": _versions(),
+        "machine": {**_machine(), "loadavg_start": load_start, "loadavg_end": _loadavg(),
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(run.started)),
+                    "seconds": round(run.finished - run.started, 1)},
+        "settings": {
+            "target": args.target, "drafters": [d.label for d in drafters], "workload": workload,
+            "prompts_file": args.prompts, "limit": opt["limit"], "quick": args.quick,
+            "max_new_tokens": opt["max_new_tokens"], "ks": opt["ks"], "repeats": opt["repeats"],
+            "seed": args.seed, "method": args.method, "compare": args.compare,
+            "sampling": {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p},
+            "sampling_desc": "greedy" if s.greedy else f"T={s.temperature:g}"
+            + (f" top-k {s.top_k}" if s.top_k else "") + (f" top-p {s.top_p:g}" if s.top_p < 1 else "")
+            + (f" min-p {s.min_p:g}" if s.min_p else ""),
+            "timing": "batch 1 per prompt; wall per prompt = median over repeats; tokens/s = total tokens / total "
+                      "wall over prompts; configs interleaved per prompt; one warm-up generation per config excluded",
+        },
+        "prompts": [{"id": p.id, "category": p.category, "chat": p.chat, "prompt_tokens": len(run.prompt_ids[p.id])}
+                    for p in run.prompts],
+        **report,
+        "baseline_outputs": {m.prompt_id: target.tokenizer.decode(m.tokens, skip_special_tokens=True)
+                             for m in run.measurements if m.config == run.configs[0].key and m.repeat == 0},
+    }
+    print_report(report, console)
+    if out is not None:
+        paths = write_outputs(report, out)
+        console.print(f"wrote {', '.join(str(p) for p in paths)}" + (" (partial)" if run.partial else ""))
+    if run.partial:
+        console.print("[yellow]interrupted: the report covers the generations that finished[/]")
+        return 130
+    return 0

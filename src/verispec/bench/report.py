@@ -1,0 +1,300 @@
+"""Render a benchmark report: rich tables in the terminal; report.json, results.csv and PNG plots.
+
+Every file is written atomically (a temp file in the same directory, then ``os.replace``), so
+an interrupted run never leaves a half-written report.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["print_report", "write_outputs", "atomic_write_text"]
+
+PLOTS = ("speedup_vs_k.png", "acceptance_per_position.png", "tokens_per_s_by_category.png")
+
+
+def _f(x, fmt: str = ".2f", none: str = "-") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return none
+    return format(x, fmt)
+
+
+# ---------------------------------------------------------------------------------------------- terminal
+
+
+def print_report(report: dict, console: Console) -> None:
+    s = report["summary"]
+    rows = report["configs"]
+    title = (f"verispec bench: {s['target']} on {s['workload']} "
+             f"({report['settings']['max_new_tokens']} new tokens, {report['settings']['sampling_desc']}, "
+             f"method {report['settings']['method']})")
+    if report["partial"]:
+        title += " [PARTIAL: interrupted]"
+    t = Table(title=title)
+    for col in ("config", "K", "tok/s", "speedup", "alpha", "tau", "c", "v(K+1)/v(1)", "predicted", "vs HF", "equal"):
+        t.add_column(col, justify="left" if col == "config" else "right")
+    best = s["best"]
+    for r in rows:
+        if r["engine"] != "verispec":
+            continue
+        is_best = best is not None and r["drafter"] == best["drafter"] and r["k"] == best["k"]
+        eq = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "-"}[r["outputs_equal"]]
+        k = "-" if r["k"] is None else (str(r["k"]) if isinstance(r["k"], int) else f"{r['k']} ({_f(r.get('mean_k'), '.1f')})")
+        t.add_row(
+            ("[bold]" if is_best else "") + r["config"] + (" *" if is_best else ""),
+            k, _f(r["tokens_per_s"]), "1.00" if r["drafter"] is None else _f(r["speedup"], ".2f") + "x",
+            _f(r.get("alpha")), _f(r.get("tau")), _f(r.get("c"), ".3f"), _f(r.get("verify_ratio")),
+            _f(r.get("predicted_speedup"), ".2f") + ("x" if r.get("predicted_speedup") is not None else ""),
+            _f(r.get("vs_hf"), ".2f") + ("x" if r.get("vs_hf") is not None else ""), eq,
+        )
+    console.print(t)
+
+    hf = [r for r in rows if r["engine"] == "hf"]
+    if hf:
+        h = Table(title="HuggingFace generate (same model objects, prompts and settings, interleaved)")
+        for col in ("config", "HF setting", "tok/s", "speedup vs verispec target-only", "equal to target-only"):
+            h.add_column(col, justify="left" if col in ("config", "HF setting") else "right")
+        for r in hf:
+            eq = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "-"}[r["outputs_equal"]]
+            h.add_row(r["config"], r["hf_setting"] or "plain greedy/sampling", _f(r["tokens_per_s"]),
+                      _f(r["speedup"]) + "x" if r["speedup"] is not None else "-", eq)
+        console.print(h)
+
+    b = Table(title="Where the time goes (share of wall clock, all generations) and target pass cost")
+    for col in ("config", "prefill", "target", "draft", "verify", "other", "ms/target pass", "draft steps"):
+        b.add_column(col, justify="left" if col == "config" else "right")
+    for r in rows:
+        tb = r.get("time_breakdown")
+        if not tb or not tb["wall"]:
+            continue
+        w = tb["wall"]
+        b.add_row(r["config"], *(f"{100 * tb[k] / w:.0f}%" for k in
+                                 ("time_prefill", "time_target", "time_draft", "time_verify", "time_other")),
+                  _f(r.get("target_step_ms"), ".1f"), str(r.get("draft_forwards") or 0))
+    console.print(b)
+
+    cats = report["categories"]
+    if len(cats) > 1:
+        c = Table(title="tokens/s (speedup) per category")
+        c.add_column("config")
+        for cat in cats:
+            c.add_column(cat, justify="right")
+        for r in rows:
+            cells = []
+            for cat in cats:
+                v = cats[cat].get(r["config"], {})
+                sp = v.get("speedup")
+                cells.append(_f(v.get("tokens_per_s")) + (f" ({sp:.2f}x)" if sp is not None else ""))
+            c.add_row(r["config"], *cells)
+        console.print(c)
+
+    th = report["theory"]
+    vr = ", ".join(f"{w}:{r:.2f}" for w, r in th["verify_ratio"].items())
+    console.print(f"verify cost v(w)/v(1) measured: {vr or '-'}  (v(1) = {_f(th['v1_seconds'] and 1e3 * th['v1_seconds'], '.1f')} ms)")
+    for name, d in th["drafters"].items():
+        if "optimal_k" in d:
+            console.print(f"theory {name}: alpha {d['alpha']:.2f}, c {d['c']:.3f} -> optimal K {d['optimal_k']} "
+                          f"(predicted {d['optimal_predicted_speedup']:.2f}x with measured verify cost; "
+                          f"Thm 3.8 with flat verify: K {d['optimal_k_thm38']}, {d['optimal_speedup_thm38']:.2f}x)")
+
+    eq = s["greedy_outputs_equal"]
+    if eq is True:
+        n = sum(r["generations"] for r in rows if r["engine"] == "verispec" and r["drafter"] is not None)
+        console.print(f"[green]greedy check: every speculative output equals target-only decoding token for token "
+                      f"({n} generations)[/]")
+    elif eq is False:
+        console.print("[bold red]GREEDY CHECK FAILED: speculative output differs from target-only decoding:[/]")
+        for r in rows:
+            for m in r["mismatches"]:
+                if r["engine"] == "verispec":
+                    console.print(f"[bold red]  MISMATCH {r['config']}: prompt {m['prompt_id']} (repeat {m['repeat']}), "
+                                  f"first different token at {m['first_difference']}[/]")
+    else:
+        console.print("output equality check: not applicable (sampling with method exact) or nothing measured")
+    if report.get("hf_outputs_equal") is not None:
+        if report["hf_outputs_equal"]:
+            console.print("[green]HF check: HF's greedy outputs equal verispec target-only outputs[/]")
+        else:
+            console.print("[bold red]HF check: some HF greedy outputs differ from verispec target-only outputs:[/]")
+            for r in rows:
+                if r["engine"] == "hf":
+                    for m in r["mismatches"]:
+                        console.print(f"[red]  {r['config']}: prompt {m['prompt_id']}, first different token at "
+                                      f"{m['first_difference']}[/]")
+    if best is not None:
+        console.print(f"best: [bold]{best['drafter']} k={best['k']}[/]: {_f(best['tokens_per_s'])} tok/s, "
+                      f"{_f(best['speedup'])}x over target-only ({_f(s['baseline_tokens_per_s'])} tok/s), "
+                      f"predicted {_f(best['predicted_speedup'])}x"
+                      + (f", {s['vs_hf']:.2f}x HF" if s["vs_hf"] is not None else ""))
+    for note in report.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}")
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def atomic_write_bytes(path: Path, write: Callable[[io.BufferedWriter], None]) -> None:
+    """Write ``path`` through ``write(file)`` into a temp file beside it, then ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_outputs(report: dict, out: Path) -> list[Path]:
+    """Write report.json, results.csv and the PNG plots into ``out``; returns the paths written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    p = out / "report.json"
+    atomic_write_text(p, json.dumps(_clean(report), indent=2, default=_json_default, allow_nan=False) + "\n")
+    written.append(p)
+    p = out / "results.csv"
+    atomic_write_text(p, _csv(report))
+    written.append(p)
+    written.extend(_plots(report, out))
+    return written
+
+
+def _clean(x):
+    """NaN / inf -> None, recursively (report.json is strict JSON)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _json_default(x):
+    if isinstance(x, float):
+        return None
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    return str(x)
+
+
+CSV_COLUMNS = ("prompt_id", "category", "config", "engine", "drafter", "k", "repeats", "n_tokens", "wall_s",
+               "tokens_per_s", "speedup", "alpha", "tau", "drafted", "accepted", "target_forwards",
+               "draft_forwards", "time_prefill", "time_target", "time_draft", "time_verify", "time_other",
+               "finish_reason", "equal_to_baseline")
+
+
+def _csv(report: dict) -> str:
+    cfgs = {r["config"]: r for r in report["configs"]}
+    base_key = next(r["config"] for r in report["configs"] if r["engine"] == "verispec" and r["drafter"] is None)
+    base = {pp["prompt_id"]: pp for pp in report["per_prompt"] if pp["config"] == base_key}
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for pp in report["per_prompt"]:
+        cfg = cfgs[pp["config"]]
+        bad = {m["prompt_id"] for m in cfg["mismatches"]}
+        b = base.get(pp["prompt_id"])
+        speedup = (pp["tokens_per_s"] / b["tokens_per_s"]) if b and pp["tokens_per_s"] and b["tokens_per_s"] else None
+        equal = None if cfg["outputs_equal"] is None else pp["prompt_id"] not in bad
+        row = {**pp, "engine": cfg["engine"], "drafter": cfg["drafter"] or "", "k": "" if cfg["k"] is None else cfg["k"],
+               "wall_s": pp["wall"], "speedup": speedup, "equal_to_baseline": equal}
+        w.writerow(["" if row.get(c) is None else _cell(row.get(c)) for c in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def _cell(x) -> str:
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
+def _plots(report: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report["configs"]]
+    spec = [r for r in rows if r["engine"] == "verispec" and r["drafter"] is not None]
+    drafters = list(dict.fromkeys(r["drafter"] for r in spec))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    written = []
+
+    def save(fig, name: str) -> None:
+        path = out / name
+        atomic_write_bytes(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"))
+        plt.close(fig)
+        written.append(path)
+
+    # 1. speedup vs K: measured (solid), predicted (dashed); adaptive policies as markers at their mean K.
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, d in enumerate(drafters):
+        col = colors[i % len(colors)]
+        fixed = sorted((r for r in spec if r["drafter"] == d and isinstance(r["k"], int) and r["speedup"] is not None),
+                       key=lambda r: r["k"])
+        if fixed:
+            ax.plot([r["k"] for r in fixed], [r["speedup"] for r in fixed], "o-", color=col, label=f"{d} measured")
+            pred = [r for r in fixed if r["predicted_speedup"] is not None]
+            if pred:
+                ax.plot([r["k"] for r in pred], [r["predicted_speedup"] for r in pred], "s--", color=col, alpha=0.6,
+                        label=f"{d} predicted")
+        for j, r in enumerate(r for r in spec if r["drafter"] == d and not isinstance(r["k"], int)):
+            if r["speedup"] is not None and r.get("mean_k") is not None:
+                ax.plot([r["mean_k"]], [r["speedup"]], "*^"[j % 2], ms=12, color=col, label=f"{d} k={r['k']} (at mean K)")
+    ax.axhline(1.0, color="grey", lw=1, ls=":")
+    ax.set_xlabel("draft length K")
+    ax.set_ylabel("speedup over target-only")
+    ax.set_title(f"{report['summary']['target']}: speedup vs K")
+    if spec:
+        ax.legend(fontsize=7)
+    save(fig, PLOTS[0])
+
+    # 2. per-position acceptance.
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, r in enumerate(spec):
+        acc = r.get("per_position_acceptance") or []
+        xs = [j + 1 for j, a in enumerate(acc) if a is not None]
+        if xs:
+            ax.plot(xs, [a for a in acc if a is not None], "o-", ms=3, label=r["config"],
+                    color=colors[drafters.index(r["drafter"]) % len(colors)], alpha=0.4 + 0.6 * (i % 3) / 2)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("P(accepted | drafted)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("per-position acceptance")
+    if spec:
+        ax.legend(fontsize=6, ncol=2)
+    save(fig, PLOTS[1])
+
+    # 3. tokens/s per category (grouped bars).
+    cats = list(report["categories"])
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows) * max(1, len(cats)) / 3), 4.5))
+    width = 0.8 / max(1, len(rows))
+    for j, r in enumerate(rows):
+        ys = [report["categories"][c].get(r["config"], {}).get("tokens_per_s") or 0.0 for c in cats]
+        ax.bar([i + j * width for i in range(len(cats))], ys, width, label=r["config"])
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cats))], cats)
+    ax.set_ylabel("tokens/s")
+    ax.set_title("tokens/s per category")
+    ax.legend(fontsize=6, ncol=2)
+    save(fig, PLOTS[2])
+    return written

@@ -1,0 +1,206 @@
+"""Run a benchmark: the same prompts through target-only decoding, every drafter x K, and
+(optionally) HuggingFace ``generate``, interleaved so that machine drift hits all of them.
+
+Loop order: ``for repeat: for prompt: for config`` (config order rotated per prompt), each
+generation batch 1, timed by its wall clock (``GenerationStats.wall``; HF: around
+``model.generate``). One warm-up generation per config runs first and is not recorded.
+Ctrl-C stops the loop and returns what finished, marked ``partial``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..drafters import Drafter
+from ..engine import GenerationStats, SpeculativeDecoder
+from ..models import CausalLM
+from ..sampling import SamplingParams
+from .hf_compare import HFSetting, hf_generate, hf_supports
+from .workloads import BenchPrompt
+
+__all__ = ["BenchConfig", "BenchRun", "BenchSettings", "DrafterSpec", "Measurement", "run_benchmark"]
+
+
+@dataclass
+class DrafterSpec:
+    """A drafter to benchmark. ``kind``: "ngram", "model" or "hybrid"; ``draft_lm`` its model (if any)."""
+
+    label: str
+    drafter: Drafter
+    kind: str
+    draft_lm: CausalLM | None = None
+    max_ngram: int = 3
+
+
+@dataclass
+class BenchSettings:
+    max_new_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
+    ks: Sequence[int | str] = (1, 2, 4, 6, 8, "auto")
+    repeats: int = 1
+    seed: int = 0
+    method: str = "exact"
+    compare_hf: bool = False
+    warmup_tokens: int = 8
+
+
+@dataclass
+class BenchConfig:
+    """One measured configuration. ``engine``: "verispec" or "hf"; ``drafter`` None = target only."""
+
+    key: str
+    engine: str
+    drafter: str | None
+    k: int | str | None
+    decoder: SpeculativeDecoder | None = None
+    hf: HFSetting | None = None
+    draft_lm: CausalLM | None = None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.engine == "verispec" and self.drafter is None
+
+
+@dataclass
+class Measurement:
+    prompt_id: str
+    category: str
+    config: str
+    repeat: int
+    tokens: list[int]
+    wall: float
+    finish_reason: str
+    stats: GenerationStats | None = None  # verispec runs only
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class BenchRun:
+    """Everything a run measured; :func:`verispec.bench.report.analyse` turns it into numbers."""
+
+    target: str
+    prompts: list[BenchPrompt]
+    prompt_ids: dict[str, list[int]]
+    configs: list[BenchConfig]
+    settings: BenchSettings
+    measurements: list[Measurement] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    partial: bool = False
+    started: float = 0.0
+    finished: float = 0.0
+
+
+def build_configs(target: CausalLM, drafters: Sequence[DrafterSpec], settings: BenchSettings,
+                  notes: list[str]) -> list[BenchConfig]:
+    """Baseline first, then verispec drafter x K, then the HF equivalents (if compare_hf)."""
+    configs = [BenchConfig("target-only", "verispec", None, None, SpeculativeDecoder(target, None, method=settings.method))]
+    for d in drafters:
+        for k in settings.ks:
+            configs.append(BenchConfig(f"{d.label} k={k}", "verispec", d.label, k,
+                                       SpeculativeDecoder(target, d.drafter, k=k, method=settings.method)))
+    if settings.compare_hf:
+        if settings.method != "exact":
+            notes.append(f"--compare hf: HF has no {settings.method!r} method; it samples its own way")
+        configs.append(BenchConfig("hf target-only", "hf", None, None, hf=HFSetting("none", 0)))
+        for d in drafters:
+            if d.kind == "hybrid":
+                notes.append(f"--compare hf: HF has no hybrid copy+model drafter; {d.label} is not compared")
+                continue
+            why = hf_supports(d.draft_lm) if d.kind == "model" else None
+            if why:
+                notes.append(f"--compare hf: {d.label} not compared: {why}")
+                continue
+            hf_ks: list[int | str] = [k for k in settings.ks if isinstance(k, int)]
+            if any(not isinstance(k, int) for k in settings.ks):
+                if d.kind == "model":
+                    hf_ks.append("heuristic")
+                elif not hf_ks:
+                    hf_ks.append(4)  # HF prompt lookup has no K schedule: compare adaptive K with a fixed 4
+            for k in hf_ks:
+                configs.append(BenchConfig(f"hf {d.label} k={k}", "hf", d.label, k,
+                                           hf=HFSetting(d.kind, k, d.max_ngram), draft_lm=d.draft_lm))
+    return configs
+
+
+def run_benchmark(target: CausalLM, drafters: Sequence[DrafterSpec], prompts: Sequence[BenchPrompt],
+                  settings: BenchSettings, *, on_step: Callable[[str, int, int], None] | None = None,
+                  on_start: Callable[[int], None] | None = None) -> BenchRun:
+    """Measure every config on every prompt ``settings.repeats`` times (see the module docstring).
+
+    ``on_start(total_steps)`` is called once; ``on_step(description, done, total)`` before each
+    generation (for a progress bar). Returns a :class:`BenchRun`, ``partial=True`` after Ctrl-C.
+    """
+    if settings.repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {settings.repeats}")
+    if not prompts:
+        raise ValueError("no prompts to benchmark")
+    notes: list[str] = []
+    configs = build_configs(target, drafters, settings, notes)
+    base = configs[0].decoder
+    assert base is not None
+    ids = {p.id: base.encode([p.text], chat=p.chat)[0] for p in prompts}
+    limit = getattr(target.model.config, "max_position_embeddings", None)
+    for p in prompts:
+        if limit is not None and len(ids[p.id]) + settings.max_new_tokens > limit:
+            raise ValueError(f"prompt {p.id!r} has {len(ids[p.id])} tokens; with max_new_tokens="
+                             f"{settings.max_new_tokens} it exceeds {target.name}'s context of {limit} tokens")
+    run = BenchRun(target.name, list(prompts), ids, configs, settings, notes=notes, started=time.time())
+    total = settings.repeats * len(prompts) * len(configs)
+    if on_start:
+        on_start(total + len(configs))
+    done = 0
+    try:
+        # Warm-up: one short generation per config, not recorded.
+        first = prompts[0]
+        for cfg in configs:
+            if on_step:
+                on_step(f"warm-up {cfg.key}", done, total)
+            _generate(cfg, target, ids[first.id], min(settings.warmup_tokens, settings.max_new_tokens),
+                      settings, seed=settings.seed)
+            done += 1
+        for r in range(settings.repeats):
+            for i, p in enumerate(prompts):
+                shift = (i + r) % len(configs)
+                order = configs[shift:] + configs[:shift]  # rotate so no config always runs first
+                for cfg in order:
+                    if on_step:
+                        on_step(f"{cfg.key} | {p.id} | repeat {r + 1}/{settings.repeats}", done, total)
+                    # The same seed per prompt for every config and repeat: outputs comparable.
+                    tokens, wall, reason, stats = _generate(cfg, target, ids[p.id], settings.max_new_tokens,
+                                                            settings, seed=settings.seed + i)
+                    run.measurements.append(Measurement(p.id, p.category, cfg.key, r, tokens, wall, reason, stats))
+                    done += 1
+    except KeyboardInterrupt:
+        run.partial = True
+    run.finished = time.time()
+    return run
+
+
+def _generate(cfg: BenchConfig, target: CausalLM, ids: list[int], max_new: int, settings: BenchSettings,
+              seed: int) -> tuple[list[int], float, str, GenerationStats | None]:
+    s = settings.sampling
+    sampling = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=seed)
+    if cfg.engine == "verispec":
+        assert cfg.decoder is not None
+        res = cfg.decoder.generate([ids], max_new, sampling)
+        return res.token_ids[0], res.stats.wall, res.finish_reasons[0], res.stats
+    assert cfg.hf is not None
+    tokens, wall = hf_generate(target, ids, max_new, sampling, cfg.hf, cfg.draft_lm)
+    reason = "eos" if tokens and tokens[-1] in _eos_ids(target) else "length"
+    return tokens, wall, reason, None
+
+
+def _eos_ids(lm: CausalLM) -> set[int]:
+    ids: set[int] = set()
+    for src in (lm.model.generation_config, lm.model.config):
+        e = getattr(src, "eos_token_id", None)
+        if e is not None:
+            ids.update(e if isinstance(e, (list, tuple)) else [e])
+    if lm.tokenizer.eos_token_id is not None:
+        ids.add(lm.tokenizer.eos_token_id)
+    return ids

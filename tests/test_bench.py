@@ -1,0 +1,334 @@
+"""Tests for verispec.bench: theory, metrics, workloads, an end-to-end tiny run, Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from verispec.bench import add_bench_arguments, run_bench
+from verispec.bench import runner as bench_runner
+from verispec.bench.analysis import analyse
+from verispec.bench.runner import BenchSettings, DrafterSpec, run_benchmark
+from verispec.bench.theory import (
+    cost_ratio,
+    expected_tokens,
+    median_widths,
+    optimal_k,
+    predicted_speedup,
+    verify_cost,
+)
+from verispec.bench.workloads import (
+    BUILTIN_WORKLOADS,
+    WorkloadError,
+    load_prompt_file,
+    load_workload,
+    parse_prompts,
+)
+from verispec.drafters import ModelDrafter, PromptLookupDrafter
+from verispec.engine import GenerationStats
+from verispec.sampling import SamplingParams
+from verispec.testing import save_tiny_llama, tiny_llama
+
+# ---------------------------------------------------------------------------------------------- theory
+
+
+def test_expected_tokens_hand_computed() -> None:
+    assert expected_tokens(0.5, 1) == pytest.approx(1.5)  # 1 + 0.5
+    assert expected_tokens(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_tokens(0.0, 5) == 1.0  # every draft rejected: the one corrected token
+    assert expected_tokens(1.0, 4) == 5.0  # every draft accepted: K + the bonus token
+    assert expected_tokens(0.999999, 4) == pytest.approx(5.0, abs=1e-4)  # continuous at alpha -> 1
+    with pytest.raises(ValueError):
+        expected_tokens(1.5, 2)
+
+
+def test_leviathan_theorem_3_8_values() -> None:
+    # (1 - 0.75^8) / (0.25 (7 * 0.02 + 1)) = 3.1575...
+    assert predicted_speedup(0.75, 7, 0.02) == pytest.approx((1 - 0.75**8) / (0.25 * 1.14), rel=1e-12)
+    assert predicted_speedup(0.75, 7, 0.02) == pytest.approx(3.16, abs=0.01)
+    # Leviathan Table 2-style cases: alpha .8, c .05 -> about 3.0x-3.4x near K = 7..10.
+    assert predicted_speedup(0.8, 7, 0.05) == pytest.approx((1 - 0.8**8) / (0.2 * 1.35), rel=1e-12)
+    # A verify pass costing 1.5x one token divides the speedup accordingly.
+    assert predicted_speedup(0.6, 4, 0.0, verify=1.5) == pytest.approx(expected_tokens(0.6, 4) / 1.5)
+    # A free, always-accepted draft: K + 1 tokens per pass.
+    assert predicted_speedup(1.0, 4, 0.0) == 5.0
+
+
+def test_optimal_k() -> None:
+    # Leviathan Fig. 3 intuition: higher alpha and lower c -> longer drafts.
+    k_lo, _ = optimal_k(0.5, 0.1)
+    k_hi, s_hi = optimal_k(0.9, 0.01)
+    assert k_lo < k_hi
+    assert s_hi == pytest.approx(max(predicted_speedup(0.9, k, 0.01) for k in range(1, 13)))
+    # Brute force against the definition with a measured verify curve.
+    ratios = {1: 1.0, 2: 1.55, 5: 1.5, 9: 1.8, 17: 2.0}
+    k, s = optimal_k(0.7, 0.05, ratios, max_k=16)
+    brute = max(range(1, 17), key=lambda k: predicted_speedup(0.7, k, 0.05, verify_cost(ratios, k + 1)))
+    assert k == brute and s == pytest.approx(predicted_speedup(0.7, k, 0.05, verify_cost(ratios, k + 1)))
+
+
+def test_verify_cost_interpolation() -> None:
+    r = {1: 1.0, 3: 2.0, 5: 2.5}
+    assert verify_cost(r, 3) == 2.0
+    assert verify_cost(r, 2) == pytest.approx(1.5)
+    assert verify_cost(r, 4.5) == pytest.approx(2.375)
+    assert verify_cost(r, 7) == pytest.approx(3.0)  # slope 0.25 per width continued
+    assert verify_cost({2: 1.4}, 9) == 1.4
+    assert verify_cost({}, 4) == 1.0
+
+
+def test_metrics_from_stats_hand_computed() -> None:
+    assert median_widths({1: [0.1, 0.3, 0.2], 5: [0.4], 3: []}) == {1: 0.2, 5: 0.4}
+    # 10 draft forwards in 0.05 s = 5 ms per step; v(1) = 100 ms -> c = 0.05.
+    assert cost_ratio(0.05, 10, 40, 0.1) == pytest.approx(0.05)
+    # Point-mass drafter: no forwards, the lookup cost per drafted token.
+    assert cost_ratio(0.002, 0, 20, 0.1) == pytest.approx(0.001)
+    assert math.isnan(cost_ratio(0.0, 0, 0, 0.1))
+
+    st = GenerationStats(drafted=8, accepted=6, emitted=10, target_forwards=4, row_steps=4,
+                         slot_drafted=[4, 4], slot_accepted=[4, 2])
+    assert st.alpha == 0.75 and st.tau == 2.5 and st.per_position_acceptance == [1.0, 0.5]
+
+
+def test_analysis_aggregates_hand_made_run() -> None:
+    """Tokens/s = total tokens / total median wall; speedup against the baseline; alpha/tau pooled."""
+    from verispec.bench.runner import BenchConfig, BenchRun, Measurement
+    from verispec.bench.workloads import BenchPrompt
+
+    prompts = [BenchPrompt("p1", "x", "a"), BenchPrompt("p2", "y", "b")]
+    cfgs = [BenchConfig("target-only", "verispec", None, None), BenchConfig("ngram k=2", "verispec", "ngram", 2)]
+
+    def stats(n, wall, drafted=0, accepted=0, forwards=None, widths=None):
+        s = GenerationStats(drafted=drafted, accepted=accepted, emitted=n, target_forwards=forwards or n,
+                            row_steps=forwards or n, wall=wall, time_target=wall * 0.8, time_draft=0.001 * drafted)
+        s.verify_width_seconds = widths or {1: [0.1] * (forwards or n)}
+        s.slot_drafted, s.slot_accepted = ([drafted // 2, drafted // 2], [accepted // 2 + 1, accepted // 2 - 1]) \
+            if drafted else ([], [])
+        return s
+
+    ms = [
+        Measurement("p1", "x", "target-only", 0, [1] * 10, 1.0, "length", stats(10, 1.0)),
+        Measurement("p1", "x", "target-only", 1, [1] * 10, 3.0, "length", stats(10, 3.0)),  # median of 1, 3 = 2
+        Measurement("p2", "y", "target-only", 0, [2] * 10, 2.0, "length", stats(10, 2.0)),
+        Measurement("p1", "x", "ngram k=2", 0, [1] * 10, 1.0, "length",
+                    stats(10, 1.0, drafted=8, accepted=6, forwards=4, widths={3: [0.15] * 4})),
+        Measurement("p2", "y", "ngram k=2", 0, [2] * 9 + [3], 1.0, "length",
+                    stats(10, 1.0, drafted=8, accepted=2, forwards=6, widths={3: [0.15] * 6})),
+    ]
+    run = bench_runner.BenchRun("t", prompts, {"p1": [1], "p2": [2]}, cfgs,
+                                BenchSettings(sampling=SamplingParams(temperature=0.0), ks=(2,)), ms)
+    rep = analyse(run)
+    base, spec = rep["configs"]
+    assert base["tokens_per_s"] == pytest.approx(20 / 4.0)  # 20 tokens over 2 + 2 s
+    assert spec["tokens_per_s"] == pytest.approx(20 / 2.0)
+    assert spec["speedup"] == pytest.approx(2.0)
+    assert spec["alpha"] == pytest.approx(8 / 16)
+    assert spec["tau"] == pytest.approx(20 / 10)
+    assert rep["theory"]["verify_ratio"] == {1: 1.0, 3: pytest.approx(1.5)}
+    assert spec["c"] == pytest.approx((0.016 / 16) / 0.1)  # point mass: lookup time per drafted token / v(1)
+    assert spec["predicted_speedup"] == pytest.approx(predicted_speedup(0.5, 2, spec["c"], 1.5))
+    assert spec["per_position_acceptance"] == [pytest.approx(6 / 8), pytest.approx(2 / 8)]
+    # p2's speculative output differs at token 9: loudly reported, and the summary says False.
+    assert spec["outputs_equal"] is False
+    assert spec["mismatches"] == [{"prompt_id": "p2", "repeat": 0, "first_difference": 9,
+                                   "baseline_tokens": 10, "tokens": 10}]
+    assert rep["summary"]["greedy_outputs_equal"] is False
+    assert rep["categories"]["x"]["ngram k=2"]["speedup"] == pytest.approx(2.0)
+    assert rep["categories"]["y"]["ngram k=2"]["speedup"] == pytest.approx(2.0)
+    assert rep["summary"]["best"]["k"] == 2 and rep["summary"]["vs_hf"] is None
+
+
+# ---------------------------------------------------------------------------------------------- workloads
+
+
+def test_builtin_workloads() -> None:
+    for name in BUILTIN_WORKLOADS:
+        prompts = load_workload(name)
+        assert len(prompts) >= 8
+        assert {p.category for p in prompts} == {name}
+        assert len({p.id for p in prompts}) == len(prompts)
+        assert all(40 <= len(p.text) <= 1500 for p in prompts)
+    assert len(load_workload("all")) == sum(len(load_workload(n)) for n in BUILTIN_WORKLOADS)
+    assert [p.category for p in load_workload("code,grounded")][0] == "code"
+    with pytest.raises(WorkloadError, match="unknown workload 'poetry'"):
+        load_workload("poetry")
+
+
+def test_spec_bench_format(tmp_path: Path) -> None:
+    f = tmp_path / "q.jsonl"
+    f.write_text(
+        '{"question_id": 81, "category": "writing", "turns": ["Write a haiku.", "Now another."]}\n'
+        "\n"
+        '{"question_id": "m-2", "category": "math", "turns": ["What is 2 + 2?"]}\n'
+    )
+    ps = load_prompt_file(f)
+    assert [(p.id, p.category, p.text, p.chat) for p in ps] == [
+        ("81", "writing", "Write a haiku.", True), ("m-2", "math", "What is 2 + 2?", True)]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", "not valid JSON"),
+    ('["a list"]', "expected a JSON object"),
+    ('{"question_id": 1, "turns": ["x"]}', "missing key"),
+    ('{"question_id": 1, "category": "c", "turns": []}', "turns must be a non-empty list"),
+    ('{"question_id": 1, "category": "c", "turns": "text"}', "turns must be a non-empty list"),
+    ('{"question_id": 1, "category": "c", "turns": [3]}', "first turn"),
+    ('{"question_id": null, "category": "c", "turns": ["x"]}', "question_id"),
+    ('{"question_id": 1, "category": "", "turns": ["x"]}', "category"),
+    ('{"question_id": 0, "category": "c", "turns": ["dup"]}', "duplicate question_id"),
+])
+def test_spec_bench_malformed_lines(tmp_path: Path, line: str, message: str) -> None:
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question_id": 0, "category": "c", "turns": ["fine"]}\n' + line + "\n")
+    with pytest.raises(WorkloadError, match=rf"q.jsonl, line 2: .*{message}"):
+        load_prompt_file(f)
+    with pytest.warns(UserWarning, match=rf"line 2: .*{message}"):
+        ps = load_prompt_file(f, skip_bad=True)
+    assert [p.id for p in ps] == ["0"]
+
+
+def test_spec_bench_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="does not exist"):
+        load_prompt_file(tmp_path / "missing.jsonl")
+    with pytest.raises(WorkloadError, match="no prompts"):
+        parse_prompts("\n\n", source="empty")
+    with pytest.warns(UserWarning), pytest.raises(WorkloadError, match="no prompts"):
+        parse_prompts("{bad\n", source="bad", skip_bad=True)
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+SHORT_PROMPTS = (
+    '{"question_id": "e1", "category": "edit", "turns": ["rename x to y: x = 1; x = x + 2; print(x)"]}\n'
+    '{"question_id": "e2", "category": "edit", "turns": ["fix: teh cat sat on teh mat, teh end"]}\n'
+    '{"question_id": "q1", "category": "qa", "turns": ["what is a list?"]}\n'
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("bench")
+    target = save_tiny_llama(root / "target", vocab_size=96, hidden=32, layers=2, seed=1, dtype=torch.float32)
+    draft = save_tiny_llama(root / "draft", vocab_size=96, hidden=16, layers=1, seed=2, dtype=torch.float32)
+    prompts = root / "short.jsonl"
+    prompts.write_text(SHORT_PROMPTS)
+    return target, draft, prompts
+
+
+@pytest.fixture()
+def one_thread():
+    """Restore torch's thread count after a test that sets --threads 1 (2 shared cores thrash)."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_bench_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_bench_end_to_end_writes_every_output(tiny_pair, tmp_path: Path, one_thread, capsys) -> None:
+    target, draft, prompts = tiny_pair
+    out = tmp_path / "out"
+    rc = run_bench(_args("--target", str(target), "--draft", "ngram", "--draft", str(draft), "--prompts", str(prompts),
+                         "--max-new-tokens", "6", "--k", "2,auto", "--compare", "hf", "--threads", "1",
+                         "--out", str(out)))
+    assert rc == 0
+    report = json.loads((out / "report.json").read_text())
+    assert list(report)[0] == "summary"
+    s = report["summary"]
+    assert set(s) == {"workload", "target", "baseline_tokens_per_s", "greedy_outputs_equal", "best", "vs_hf"}
+    assert set(s["best"]) == {"drafter", "k", "tokens_per_s", "speedup", "alpha", "tau", "predicted_speedup"}
+    assert s["workload"] == "short.jsonl" and s["baseline_tokens_per_s"] > 0
+    assert s["greedy_outputs_equal"] is True  # exactness: speculative greedy == target-only greedy
+    assert report["hf_outputs_equal"] is True  # and HF's greedy agrees
+    assert report["partial"] is False
+    assert {"versions", "machine", "settings", "command", "theory", "categories"} <= set(report)
+    assert set(report["categories"]) == {"edit", "qa"}
+    cfgs = {c["config"]: c for c in report["configs"]}
+    assert {"target-only", "ngram k=2", "ngram k=auto", "draft k=2", "draft k=auto", "hf target-only",
+            "hf ngram k=2", "hf draft k=2", "hf draft k=heuristic"} == set(cfgs)
+    assert cfgs["draft k=2"]["draft_forwards"] > 0 and cfgs["draft k=2"]["c"] > 0
+    assert cfgs["ngram k=2"]["vs_hf"] is not None and cfgs["ngram k=2"]["hf_config"] == "hf ngram k=2"
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert len(rows) == 3 * len(cfgs)  # one row per prompt x config
+    assert {r["equal_to_baseline"] for r in rows if r["engine"] == "verispec" and r["drafter"]} == {"True"}
+    for name in ("speedup_vs_k.png", "acceptance_per_position.png", "tokens_per_s_by_category.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob(".*tmp"))  # atomic writes leave no temp files
+    text = capsys.readouterr().out
+    assert "greedy check: every speculative output equals target-only" in text
+
+
+def test_bench_sampling_gumbel_is_drafter_invariant(one_thread) -> None:
+    """With the gumbel method the check applies to sampled runs too (same seed -> same text)."""
+    torch.set_num_threads(1)
+    target = tiny_llama(vocab_size=96, hidden=32, layers=2, seed=1, dtype=torch.float64)
+    draft = tiny_llama(vocab_size=96, hidden=16, layers=1, seed=2, dtype=torch.float64)
+    from verispec.bench.workloads import BenchPrompt
+
+    prompts = [BenchPrompt("a", "c", "abc abc abc ab", chat=False), BenchPrompt("b", "c", "hello hello hel", chat=False)]
+    drafters = [DrafterSpec("ngram", PromptLookupDrafter(), "ngram"),
+                DrafterSpec("tiny", ModelDrafter(draft), "model", draft)]
+    settings = BenchSettings(max_new_tokens=8, sampling=SamplingParams(temperature=1.0), ks=(3,), method="gumbel",
+                             warmup_tokens=2)
+    run = run_benchmark(target, drafters, prompts, settings)
+    rep = analyse(run)
+    assert rep["summary"]["greedy_outputs_equal"] is True
+    assert all(c["outputs_equal"] for c in rep["configs"] if c["drafter"])
+    # exact method + sampling: no token-level check is possible
+    settings = BenchSettings(max_new_tokens=4, sampling=SamplingParams(temperature=1.0), ks=(2,), warmup_tokens=2)
+    assert analyse(run_benchmark(target, drafters[:1], prompts, settings))["summary"]["greedy_outputs_equal"] is None
+
+
+def test_bench_ctrl_c_writes_partial_report(tiny_pair, tmp_path: Path, monkeypatch, one_thread) -> None:
+    target, _, prompts = tiny_pair
+    calls = {"n": 0}
+    real = bench_runner._generate
+
+    def flaky(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 9:  # 3 warm-ups, then 5 timed generations finish, then Ctrl-C
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(bench_runner, "_generate", flaky)
+    out = tmp_path / "partial"
+    rc = run_bench(_args("--target", str(target), "--draft", "ngram", "--prompts", str(prompts), "--max-new-tokens",
+                         "5", "--k", "1,2", "--threads", "1", "--out", str(out)))
+    assert rc == 130
+    report = json.loads((out / "report.json").read_text())
+    assert report["partial"] is True
+    assert sum(c["generations"] for c in report["configs"]) == 5
+    assert report["summary"]["baseline_tokens_per_s"] > 0
+    assert (out / "results.csv").exists() and (out / "speedup_vs_k.png").exists()
+
+
+def test_bench_arguments_validation(tiny_pair) -> None:
+    target, _, prompts = tiny_pair
+    with pytest.raises(ValueError, match="--k"):
+        run_bench(_args("--target", str(target), "--prompts", str(prompts), "--k", "2,fast"))
+    with pytest.raises(ValueError, match="either --workload or --prompts"):
+        run_bench(_args("--workload", "code", "--prompts", str(prompts)))
+    with pytest.raises(ValueError, match="context"):  # prompt + max_new_tokens beyond the model's 512 positions
+        run_bench(_args("--target", str(target), "--draft", "ngram", "--workload", "code", "--limit", "1",
+                        "--max-new-tokens", "500", "--threads", "1"))
+
+
+def test_quick_preset_and_explicit_overrides() -> None:
+    from verispec.bench.command import _resolve
+
+    opt = _resolve(_args("--quick"))
+    assert (opt["workload"], opt["ks"], opt["max_new_tokens"], opt["limit"]) == ("code", [4, "auto"], 64, 3)
+    opt = _resolve(_args("--quick", "--k", "2", "--max-new-tokens", "16"))
+    assert (opt["ks"], opt["max_new_tokens"], opt["workload"]) == ([2], 16, "code")
+    opt = _resolve(_args())
+    assert opt["ks"] == [1, 2, 4, 6, 8, "auto"] and opt["max_new_tokens"] == 128 and opt["sampling"].greedy

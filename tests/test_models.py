@@ -333,3 +333,14 @@ def test_full_head_with_vocab_map_is_sliced_at_load(tmp_path):
         want = whole.model(ids).logits[..., vmap]
     assert torch.allclose(got, want, atol=1e-6)
     assert ref.model.get_input_embeddings().num_embeddings == 64  # inputs stay target ids
+
+
+def test_full_head_kept_for_hf_when_asked(tmp_path):
+    from safetensors.torch import save_file
+
+    from verispec.testing import save_tiny_llama
+
+    path = save_tiny_llama(tmp_path / "d", vocab_size=64, seed=4, dtype=torch.float32)
+    save_file({"vocab_map": torch.tensor([2, 5, 7], dtype=torch.int64)}, str(path / "vocab_map.safetensors"))
+    full = load_causal_lm(path, slice_vocab_map=False)
+    assert full.vocab_map is None and full.vocab_size == 64

@@ -98,6 +98,7 @@ def load_causal_lm(
     trust_remote_code: bool = False,
     tokenizer: str | os.PathLike | None = None,
     fast_head: bool = True,
+    slice_vocab_map: bool = True,
 ) -> CausalLM:
     """Load a causal LM and its tokenizer.
 
@@ -110,6 +111,9 @@ def load_causal_lm(
             built-in name).
         fast_head: replace the output head's forward by a faster, numerically equivalent
             matmul for few rows (see ``fast_lm_head``).
+        slice_vocab_map: for a draft with a full output head and a ``vocab_map.safetensors``,
+            keep only the mapped rows of the head (what verispec runs). False keeps the full
+            head and returns ``vocab_map=None`` (what HF assisted generation needs).
 
     Raises:
         ModelLoadError: for any problem with the arguments or the files they point to.
@@ -139,7 +143,10 @@ def load_causal_lm(
 
     _check_vocab(model, tok, vocab_map, name, tokenizer)
     if vocab_map is not None and vocab_map.numel() < _head_rows(model):
-        _slice_head(model, vocab_map)
+        if slice_vocab_map:
+            _slice_head(model, vocab_map)
+        else:
+            vocab_map = None
     _finalize(model, tok, dtype)
     if fast_head:
         fast_lm_head(model)

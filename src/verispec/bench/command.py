@@ -146,6 +146,9 @@ def _load_drafters(specs: list[str] | None, target, target_name: str, console: C
         else:
             lm = model(spec)
             d = DrafterSpec(Path(spec).name if os.sep in spec or "/" in spec else spec, ModelDrafter(lm), "model", lm)
+            if lm.vocab_map is not None:  # HF needs the full head; a distilled draft ships one
+                full = load_causal_lm(spec, slice_vocab_map=False)
+                d.hf_lm = full if full.vocab_map is None else None
         d.drafter.bind(target)  # tokenizer mismatch: a clear error before anything runs
         if any(o.label == d.label for o in out):
             continue

@@ -32,6 +32,7 @@ class DrafterSpec:
     kind: str
     draft_lm: CausalLM | None = None
     max_ngram: int = 3
+    hf_lm: CausalLM | None = None  # the same draft with its full head, for HF (if it has a vocab_map)
 
 
 @dataclass
@@ -111,7 +112,8 @@ def build_configs(target: CausalLM, drafters: Sequence[DrafterSpec], settings: B
             if d.kind == "hybrid":
                 notes.append(f"--compare hf: HF has no hybrid copy+model drafter; {d.label} is not compared")
                 continue
-            why = hf_supports(d.draft_lm) if d.kind == "model" else None
+            hf_draft = d.hf_lm or d.draft_lm
+            why = hf_supports(hf_draft) if d.kind == "model" else None
             if why:
                 notes.append(f"--compare hf: {d.label} not compared: {why}")
                 continue
@@ -123,7 +125,7 @@ def build_configs(target: CausalLM, drafters: Sequence[DrafterSpec], settings: B
                     hf_ks.append(4)  # HF prompt lookup has no K schedule: compare adaptive K with a fixed 4
             for k in hf_ks:
                 configs.append(BenchConfig(f"hf {d.label} k={k}", "hf", d.label, k,
-                                           hf=HFSetting(d.kind, k, d.max_ngram), draft_lm=d.draft_lm))
+                                           hf=HFSetting(d.kind, k, d.max_ngram), draft_lm=hf_draft))
     return configs
 
 

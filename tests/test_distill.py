@@ -1,0 +1,176 @@
+"""Tests for verispec.distill: a tiny end-to-end distillation, resume, the shipped draft, and
+exactness of reduced-vocabulary drafts through the engine."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from scipy import stats
+from transformers import AutoModelForCausalLM
+
+from verispec import distill as D
+from verispec.drafters import HybridDrafter, ModelDrafter
+from verispec.engine import SpeculativeDecoder
+from verispec.models import DRAFT_DIR, CausalLM
+from verispec.sampling import SamplingParams
+from verispec.testing import save_tiny_llama, tiny_llama
+
+TINY = dict(arch="llama-l1-h32-i64", vocab_size=24, label_tokens=512, self_distill_prompts=4, stdlib=False,
+            shard_seqs=4, gen_batch=4, heldout_tokens=256, heldout_prompts=4, seq_len=64, prompt_len=16,
+            batch_size=4, eval_every=10, ckpt_every=10, progress=False, threads=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A tiny target, a small text corpus and a labelled output dir (labels only, shared)."""
+    root = tmp_path_factory.mktemp("distill")
+    target = save_tiny_llama(root / "target", vocab_size=64, hidden=32, layers=2, seed=1, dtype=torch.float32)
+    rng = random.Random(0)
+    words = ["def", "return", "self", "import", "print", "for", "in", "range", "if", "else"]
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for f in range(8):
+        lines = (" ".join(rng.choice(words) for _ in range(6)) for _ in range(60))
+        (corpus / f"f{f}.txt").write_text("\n".join(lines))
+    labelled = root / "labelled"
+    s = D.distill(str(target), [str(corpus)], str(labelled), stages=["label"], **TINY)
+    assert s["labels"]["shards_missing"] == 0
+    return target, corpus, labelled
+
+
+def _copy_labels(labelled: Path, out: Path) -> None:
+    shutil.copytree(labelled / "labels", out / "labels")
+
+
+def test_tiny_distillation_lowers_kl_and_exports(tiny_setup, tmp_path: Path) -> None:
+    target, corpus, labelled = tiny_setup
+    out = tmp_path / "draft"
+    _copy_labels(labelled, out)
+    s = D.distill(str(target), [str(corpus)], str(out), steps=40, **TINY)
+    assert s["labels"]["shards_written"] == 0  # everything was cached on disk
+    hist = s["train"]["history"]
+    assert hist[-1]["kl_all"] < 0.8 * hist[0]["kl_all"]
+    assert s["data"]["train_generated_tokens"] > 0
+    assert 0 < s["cost"]["c"] < 10
+    # verispec's view: a head of vocab_map rows scoring target ids; HF's view: the full tied head.
+    draft = D.load_draft(out)
+    vmap = draft.vocab_map
+    assert vmap is not None and len(vmap) == 24
+    assert torch.equal(vmap, torch.unique(vmap)) and int(vmap.max()) < 64  # sorted, unique, in range
+    assert draft.model.get_output_embeddings().weight.shape[0] == 24
+    hf = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    assert hf.config.vocab_size == 64 and hf.get_output_embeddings().weight.shape[0] == 64
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        full = hf.float()(ids).logits[0, -1]
+        sliced = draft.model(ids).logits[0, -1]
+    torch.testing.assert_close(full[vmap], sliced, atol=1e-4, rtol=1e-4)
+
+
+def test_resume_matches_an_uninterrupted_run(tiny_setup, tmp_path: Path) -> None:
+    target, corpus, labelled = tiny_setup
+    kw = dict(TINY, stages=["label", "train"], measure=False)
+    straight, paused = tmp_path / "straight", tmp_path / "paused"
+    for d in (straight, paused):
+        _copy_labels(labelled, d)
+    a = D.distill(str(target), [str(corpus)], str(straight), steps=20, **kw)
+    D.distill(str(target), [str(corpus)], str(paused), steps=20, pause_at=10, **kw)
+    ckpt = paused / "checkpoints" / "last.safetensors"
+    assert ckpt.is_file()
+    b = D.distill(str(target), [str(corpus)], str(paused), steps=20, **kw)
+    wa = load_file(straight / "checkpoints" / "last.safetensors")
+    wb = load_file(ckpt)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)
+    assert abs(a["train"]["eval"]["kl_all"] - b["train"]["eval"]["kl_all"]) < 1e-4
+
+
+def test_arch_parsing() -> None:
+    assert D.parse_arch("llama-l2-h128-i384") == {"layers": 2, "hidden": 128, "intermediate": 384}
+    assert D.parse_arch("llama-l3-h64") == {"layers": 3, "hidden": 64, "intermediate": 192}
+    for bad in ("gpt-l2-h128", "llama-h128", "llama-l2-h100", "llama-l2-hx"):
+        with pytest.raises(ValueError):
+            D.parse_arch(bad)
+
+
+# ---------------------------------------------------------------------------------------------- exactness
+
+
+def _reduced_draft(vmap: torch.Tensor, seed: int = 7) -> CausalLM:
+    lm = tiny_llama(vocab_size=64, hidden=32, layers=1, seed=seed, dtype=torch.float64)
+    D.slice_head(lm.model, vmap)
+    return CausalLM(lm.model, lm.tokenizer, "tiny-reduced", vocab_map=vmap)
+
+
+def test_reduced_vocab_draft_is_exact_greedy() -> None:
+    target = tiny_llama(vocab_size=64, hidden=32, layers=2, seed=1, dtype=torch.float64)
+    vmap = torch.arange(4, 64, 2)  # half the vocabulary: q = 0 on the rest
+    prompts = ["def f(x):", "hello world", "a b c a b"]
+    greedy = SamplingParams(temperature=0.0)
+    ref = SpeculativeDecoder(target, None).generate(prompts, 40, greedy)
+    for drafter in (ModelDrafter(_reduced_draft(vmap)), HybridDrafter(ModelDrafter(_reduced_draft(vmap)))):
+        out = SpeculativeDecoder(target, drafter, k=4).generate(prompts, 40, greedy)
+        assert out.token_ids == ref.token_ids
+        assert out.stats.drafted > 0
+
+
+def test_reduced_vocab_draft_first_token_g_test() -> None:
+    """The first emitted token (after one drafted, verified token) is distributed as the target's p."""
+    target = tiny_llama(vocab_size=64, hidden=32, layers=2, seed=1, dtype=torch.float64)
+    vmap = torch.arange(4, 64, 3)
+    dec = SpeculativeDecoder(target, ModelDrafter(_reduced_draft(vmap)), k=1)
+    prompt = dec.encode(["abc d"])[0]
+    n = 3000
+    res = dec.generate([prompt] * n, 2, SamplingParams(temperature=1.0), seeds=list(range(n)))
+    assert res.stats.drafted > 0 and res.stats.accepted < res.stats.drafted  # both branches taken
+    first = torch.tensor([t[0] for t in res.token_ids])
+    with torch.no_grad():
+        p = torch.softmax(target.model(torch.tensor([prompt])).logits[0, -1], -1)
+    counts = torch.bincount(first, minlength=64).double()
+    expected = p * n
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    keep = exp > 0
+    g = stats.power_divergence(obs[keep].numpy(), exp[keep].numpy(), lambda_="log-likelihood")
+    assert g.pvalue > 1e-3, (g, obs, exp)
+
+
+# ---------------------------------------------------------------------------------------------- shipped draft
+
+
+@pytest.mark.skipif(not (DRAFT_DIR / "config.json").is_file(), reason="no shipped draft")
+def test_shipped_draft_files() -> None:
+    size = sum(f.stat().st_size for f in DRAFT_DIR.rglob("*") if f.is_file())
+    assert size <= 20_000_000
+    vmap = load_file(DRAFT_DIR / "vocab_map.safetensors")["vocab_map"]
+    assert vmap.dtype == torch.int64 and vmap.ndim == 1
+    assert torch.equal(vmap, torch.unique(vmap))  # sorted ascending, no repeats
+    assert int(vmap.min()) >= 0 and int(vmap.max()) < 49152
+    draft = D.load_draft(DRAFT_DIR)
+    assert len(draft.tokenizer) == 49152
+    assert draft.model.get_input_embeddings().num_embeddings == 49152
+    assert draft.model.get_output_embeddings().weight.shape[0] == len(vmap)
+    assert draft.tokenizer.eos_token_id in set(vmap.tolist())
+    assert (DRAFT_DIR / "MODEL_CARD.md").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DRAFT_DIR / "config.json").is_file(), reason="no shipped draft")
+def test_shipped_draft_is_exact_with_the_real_target() -> None:
+    from verispec.models import load_causal_lm
+
+    target = load_causal_lm("smollm2-135m")
+    draft = D.load_draft(DRAFT_DIR)
+    prompt = ["def is_prime(n):\n    "]
+    greedy = SamplingParams(temperature=0.0)
+    ref = SpeculativeDecoder(target, None).generate(prompt, 24, greedy)
+    out = SpeculativeDecoder(target, ModelDrafter(draft), k=4).generate(prompt, 24, greedy)
+    assert out.token_ids == ref.token_ids
+    assert out.stats.accepted > 0

@@ -98,7 +98,7 @@ def test_metrics_from_stats_hand_computed() -> None:
 
 def test_analysis_aggregates_hand_made_run() -> None:
     """Tokens/s = total tokens / total median wall; speedup against the baseline; alpha/tau pooled."""
-    from verispec.bench.runner import BenchConfig, BenchRun, Measurement
+    from verispec.bench.runner import BenchConfig, Measurement
     from verispec.bench.workloads import BenchPrompt
 
     prompts = [BenchPrompt("p1", "x", "a"), BenchPrompt("p2", "y", "b")]

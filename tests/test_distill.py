@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 from verispec import distill as D
 from verispec.drafters import HybridDrafter, ModelDrafter
 from verispec.engine import SpeculativeDecoder
-from verispec.models import DRAFT_DIR, CausalLM
+from verispec.models import DRAFT_DIR, CausalLM, _slice_head, load_causal_lm
 from verispec.sampling import SamplingParams
 from verispec.testing import save_tiny_llama, tiny_llama
 
@@ -58,7 +58,7 @@ def test_tiny_distillation_lowers_kl_and_exports(tiny_setup, tmp_path: Path) -> 
     assert s["data"]["train_generated_tokens"] > 0
     assert 0 < s["cost"]["c"] < 10
     # verispec's view: a head of vocab_map rows scoring target ids; HF's view: the full tied head.
-    draft = D.load_draft(out)
+    draft = load_causal_lm(out)
     vmap = draft.vocab_map
     assert vmap is not None and len(vmap) == 24
     assert torch.equal(vmap, torch.unique(vmap)) and int(vmap.max()) < 64  # sorted, unique, in range
@@ -104,7 +104,7 @@ def test_arch_parsing() -> None:
 
 def _reduced_draft(vmap: torch.Tensor, seed: int = 7) -> CausalLM:
     lm = tiny_llama(vocab_size=64, hidden=32, layers=1, seed=seed, dtype=torch.float64)
-    D.slice_head(lm.model, vmap)
+    _slice_head(lm.model, vmap)  # what load_causal_lm does for a draft dir with a vocab_map
     return CausalLM(lm.model, lm.tokenizer, "tiny-reduced", vocab_map=vmap)
 
 
@@ -153,7 +153,7 @@ def test_shipped_draft_files() -> None:
     assert vmap.dtype == torch.int64 and vmap.ndim == 1
     assert torch.equal(vmap, torch.unique(vmap))  # sorted ascending, no repeats
     assert int(vmap.min()) >= 0 and int(vmap.max()) < 49152
-    draft = D.load_draft(DRAFT_DIR)
+    draft = load_causal_lm(DRAFT_DIR)
     assert len(draft.tokenizer) == 49152
     assert draft.model.get_input_embeddings().num_embeddings == 49152
     assert draft.model.get_output_embeddings().weight.shape[0] == len(vmap)
@@ -164,10 +164,9 @@ def test_shipped_draft_files() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not (DRAFT_DIR / "config.json").is_file(), reason="no shipped draft")
 def test_shipped_draft_is_exact_with_the_real_target() -> None:
-    from verispec.models import load_causal_lm
 
     target = load_causal_lm("smollm2-135m")
-    draft = D.load_draft(DRAFT_DIR)
+    draft = load_causal_lm(DRAFT_DIR)
     prompt = ["def is_prime(n):\n    "]
     greedy = SamplingParams(temperature=0.0)
     ref = SpeculativeDecoder(target, None).generate(prompt, 24, greedy)

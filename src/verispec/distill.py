@@ -704,54 +704,6 @@ def export_student(student, target, vocab_map: torch.Tensor | None, path: Path, 
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())  # labels/, checkpoints/ excluded
 
 
-def slice_head(model, vocab_map: torch.Tensor) -> None:
-    """Give ``model`` an output head of only the ``vocab_map`` rows of its (full, tied) head, in place.
-
-    The shipped draft keeps the full ``49152 x H`` tied embedding so that HF assisted generation
-    can use it unchanged; verispec computes only the vocab-map rows: row ``i`` of the sliced head
-    scores target token ``vocab_map[i]`` (``CausalLM.vocab_map``'s convention). The embedding is
-    untouched (inputs stay target ids).
-    """
-    from torch import nn
-
-    from .models import fast_lm_head
-
-    head = model.get_output_embeddings()
-    if head.weight.shape[0] == len(vocab_map):
-        return
-    w = head.weight.detach()[vocab_map.to(head.weight.device)].clone()
-    new = nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype, device=w.device)
-    new.weight = nn.Parameter(w, requires_grad=False)
-    model.config.tie_word_embeddings = False  # the input embedding keeps all rows
-    model.set_output_embeddings(new)
-    fast_lm_head(model)
-
-
-def load_draft(path: str | os.PathLike, dtype: torch.dtype = torch.float32):
-    """Load a distilled draft as verispec runs it: a :class:`CausalLM` whose head is sliced to its
-    vocab map (see :func:`slice_head`). ``load_causal_lm`` is used when it accepts the directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .models import CausalLM, ModelLoadError, _quiet, load_causal_lm
-
-    path = Path(path)
-    try:
-        return load_causal_lm(path, dtype=dtype)
-    except ModelLoadError as e:
-        if "vocab_map" not in str(e):
-            raise
-    with _quiet():
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True, use_safetensors=True)
-        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model.eval().requires_grad_(False)
-    vmap = load_file(path / "vocab_map.safetensors")["vocab_map"].long()
-    if vmap.ndim != 1 or len(torch.unique(vmap)) != len(vmap) or int(vmap.min()) < 0 \
-            or int(vmap.max()) >= model.get_input_embeddings().num_embeddings:
-        raise ValueError(f"{path}: bad vocab_map")
-    slice_head(model, vmap)
-    return CausalLM(model=model, tokenizer=tok, name=str(path), vocab_map=vmap)
-
-
 def measure_cost(target, draft, prompt: str = "def fibonacci(n):\n    ", steps: int = 48, repeats: int = 3
                  ) -> dict[str, float]:
     """c = draft step time / target step time, one-token steps through verispec's ``KVRunner``
@@ -873,7 +825,7 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
         if "export" in stages:
             summary["size_bytes"] = export_student(student, tgt, vmap if n_vocab < V else None, outp)
             if measure:
-                draft = load_draft(outp)
+                draft = load_causal_lm(outp)
                 summary["cost"] = measure_cost(tgt, draft)
     summary["seconds"] = time.perf_counter() - t_all
     _atomic_json(summary, outp / "distill-summary.json")

@@ -246,7 +246,7 @@ class SpeculativeDecoder:
         model = self.target.model
         device = model.device
         V = self.target.vocab_size
-        eos_ids = _eos_ids(self.target)
+        eos_ids = self.target.eos_token_ids
         dtype = model.dtype if model.dtype in (torch.float32, torch.float64) else torch.float32
 
         # Prefill: the whole prompt except its last token, which starts the first iteration.
@@ -458,17 +458,6 @@ def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
     if Vt > V:
         return logits[..., :V]
     return torch.cat([logits, logits.new_full((*logits.shape[:-1], V - Vt), -math.inf)], dim=-1)
-
-
-def _eos_ids(lm: CausalLM) -> set[int]:
-    ids = set()
-    for src in (lm.model.generation_config, lm.model.config):
-        e = getattr(src, "eos_token_id", None)
-        if e is not None:
-            ids.update(e if isinstance(e, (list, tuple)) else [e])
-    if lm.tokenizer.eos_token_id is not None:
-        ids.add(lm.tokenizer.eos_token_id)
-    return ids
 
 
 def _find_stop(text: str, stop: Sequence[str]) -> int | None:

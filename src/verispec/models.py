@@ -80,6 +80,18 @@ class CausalLM:
         """Rows of the output head (may exceed ``len(tokenizer)`` for padded heads)."""
         return _head_rows(self.model)
 
+    @property
+    def eos_token_ids(self) -> set[int]:
+        """Every token id that ends generation (generation config, model config, tokenizer)."""
+        ids: set[int] = set()
+        for src in (self.model.generation_config, self.model.config):
+            e = getattr(src, "eos_token_id", None)
+            if e is not None:
+                ids.update(e if isinstance(e, (list, tuple)) else [e])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
 
 def cache_dir() -> Path:
     """Where verispec caches prepared models: ``$VERISPEC_CACHE`` or ``~/.cache/verispec``."""

@@ -193,16 +193,6 @@ def _generate(cfg: BenchConfig, target: CausalLM, ids: list[int], max_new: int, 
         return res.token_ids[0], res.stats.wall, res.finish_reasons[0], res.stats
     assert cfg.hf is not None
     tokens, wall = hf_generate(target, ids, max_new, sampling, cfg.hf, cfg.draft_lm)
-    reason = "eos" if tokens and tokens[-1] in _eos_ids(target) else "length"
+    reason = "eos" if tokens and tokens[-1] in target.eos_token_ids else "length"
     return tokens, wall, reason, None
 
-
-def _eos_ids(lm: CausalLM) -> set[int]:
-    ids: set[int] = set()
-    for src in (lm.model.generation_config, lm.model.config):
-        e = getattr(src, "eos_token_id", None)
-        if e is not None:
-            ids.update(e if isinstance(e, (list, tuple)) else [e])
-    if lm.tokenizer.eos_token_id is not None:
-        ids.add(lm.tokenizer.eos_token_id)
-    return ids

@@ -54,10 +54,10 @@ def make_inputs(B: int, K: int, V: int, mode: str, gen: torch.Generator) -> dict
     slot_pos = positions[:, None] + torch.arange(K)
     if mode == "exact":
         d = sample(q, seeds[:, None], slot_pos, STREAM_DRAFT)
-        return dict(p=p, q=q, d=d, seeds=seeds, positions=positions, method="exact")
+        return dict(p=p, q=q, d=d, seeds=seeds, positions=positions, method="exact", greedy=False)
     if mode == "point":
         d = sample(q, seeds[:, None], slot_pos, STREAM_DRAFT)
-        return dict(p=p, q=None, d=d, seeds=seeds, positions=positions, method="exact")
+        return dict(p=p, q=None, d=d, seeds=seeds, positions=positions, method="exact", greedy=False)
     if mode == "gumbel":
         d = gumbel_argmax(torch.log(q), seeds, positions)
         return dict(p=p, q=None, d=d, seeds=seeds, positions=positions, method="gumbel")
@@ -68,7 +68,8 @@ def make_inputs(B: int, K: int, V: int, mode: str, gen: torch.Generator) -> dict
 
 
 def run_verify(x: dict, validate: bool):
-    # Greedy rows are flagged the way the engine does it (it knows the temperature is 0).
+    # Rows are flagged greedy or not the way the engine does it (it knows the temperature);
+    # greedy=None would add one pass over p to detect one-hot rows.
     return verify(x["p"], x["q"], x["d"], seeds=x["seeds"], positions=x["positions"], method=x["method"],
                   greedy=x.get("greedy"), validate=validate)
 

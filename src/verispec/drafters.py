@@ -13,7 +13,6 @@ a whole run is a pure function of the seeds.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -97,9 +96,6 @@ class ModelDrafter:
 
     def __init__(self, model: CausalLM) -> None:
         self.lm = model
-        self.point_mass = False
-        self.seconds = 0.0
-        self._target_vocab: int | None = None
 
     @property
     def name(self) -> str:
@@ -111,7 +107,6 @@ class ModelDrafter:
                 f"draft {self.lm.name!r} does not share the target's tokenizer ({target.name!r}); "
                 "verispec needs the same token ids on both sides"
             )
-        self._target_vocab = target.vocab_size
 
     def start(self, ctx: DraftContext) -> None:
         self.ctx = ctx
@@ -139,7 +134,6 @@ class ModelDrafter:
         return torch.cat([logits, logits.new_full((logits.shape[0], V - Vd), float("-inf"))], dim=1)
 
     def propose(self, k: torch.Tensor) -> Draft:
-        t0 = time.perf_counter()
         B = len(self.contexts)
         K = int(k.max()) if B else 0
         V = self.ctx.vocab_size
@@ -147,7 +141,7 @@ class ModelDrafter:
         tokens = torch.zeros(B, K, dtype=torch.int64)
         probs = torch.zeros(B, K, V, dtype=self.ctx.dtype)
         if K == 0:
-            return Draft(tokens, None if self.point_mass else probs, k.clone(), 0)
+            return Draft(tokens, probs, k.clone(), 0)
 
         # Feed each row's pending context tokens (ragged: left-pad with placeholders).
         cached = self.runner.lengths.tolist()
@@ -174,7 +168,6 @@ class ModelDrafter:
             if i + 1 < K:
                 logits = self.runner.forward(d[:, None].to(device))[:, -1]
         self._fed = tokens[:, : K - 1].tolist()  # d_1..d_{K-1} went through the cache; d_K did not
-        self.seconds += time.perf_counter() - t0
         return Draft(tokens, probs, k.clone(), K)
 
     def update(self, emitted: list[list[int]]) -> None:
@@ -201,14 +194,11 @@ class PromptLookupDrafter:
     point mass. Rows with no match draft nothing this iteration.
     """
 
-    point_mass = True
-
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if min_ngram < 1 or max_ngram < min_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.name = "ngram"
-        self.seconds = 0.0
 
     def bind(self, target: CausalLM) -> None:
         pass
@@ -230,7 +220,6 @@ class PromptLookupDrafter:
         return []
 
     def propose(self, k: torch.Tensor) -> Draft:
-        t0 = time.perf_counter()
         B = len(self.contexts)
         K = int(k.max()) if B else 0
         tokens = torch.zeros(B, K, dtype=torch.int64)
@@ -239,7 +228,6 @@ class PromptLookupDrafter:
             found = self.lookup(ctx, int(k[b]))
             tokens[b, : len(found)] = torch.tensor(found, dtype=torch.int64)
             num[b] = len(found)
-        self.seconds += time.perf_counter() - t0
         return Draft(tokens, None, num, 0)
 
     def update(self, emitted: list[list[int]]) -> None:
@@ -259,13 +247,10 @@ class HybridDrafter:
     one batch can mix both kinds exactly.
     """
 
-    point_mass = False
-
     def __init__(self, model: ModelDrafter, copy: PromptLookupDrafter | None = None, min_copy: int = 2) -> None:
         self.model = model
         self.copy = copy or PromptLookupDrafter()
         self.min_copy = min_copy
-        self.seconds = 0.0
 
     @property
     def name(self) -> str:
@@ -281,7 +266,6 @@ class HybridDrafter:
         self.copy.start(ctx)
 
     def propose(self, k: torch.Tensor) -> Draft:
-        t0 = time.perf_counter()
         copied = self.copy.propose(k)
         use_copy = copied.num_draft >= torch.minimum(k, torch.full_like(k, self.min_copy))
         use_copy &= copied.num_draft > 0
@@ -300,7 +284,6 @@ class HybridDrafter:
         one_hot = torch.zeros(len(k), Kc, V, dtype=self.ctx.dtype).scatter_(2, copied.tokens[..., None], 1.0)
         tokens[use_copy, :Kc] = copied.tokens[use_copy]
         probs[use_copy, :Kc] = one_hot[use_copy]
-        self.seconds += time.perf_counter() - t0
         return Draft(tokens, probs, num, drafted.forwards if drafted is not None else 0)
 
     def update(self, emitted: list[list[int]]) -> None:

@@ -14,7 +14,8 @@ from scipy import stats
 from transformers import AutoModelForCausalLM
 
 from verispec import distill as D
-from verispec.drafters import HybridDrafter, ModelDrafter
+from verispec.drafters import EagleDrafter, HybridDrafter, ModelDrafter
+from verispec.eagle import load_eagle_head
 from verispec.engine import SpeculativeDecoder
 from verispec.models import DRAFT_DIR, CausalLM, _slice_head, load_causal_lm
 from verispec.sampling import SamplingParams
@@ -37,6 +38,9 @@ def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pa
     for f in range(8):
         lines = (" ".join(rng.choice(words) for _ in range(6)) for _ in range(60))
         (corpus / f"f{f}.txt").write_text("\n".join(lines))
+    for f in range(3):  # documented functions: what chat prompts are built from
+        (corpus / f"m{f}.py").write_text("".join(
+            f'def add_{f}_{i}(a, b):\n    """Return a plus b."""\n    c = a + b\n    return c\n\n\n' for i in range(4)))
     labelled = root / "labelled"
     s = D.distill(str(target), [str(corpus)], str(labelled), stages=["label"], **TINY)
     assert s["labels"]["shards_missing"] == 0
@@ -173,3 +177,30 @@ def test_shipped_draft_is_exact_with_the_real_target() -> None:
     out = SpeculativeDecoder(target, ModelDrafter(draft), k=4).generate(prompt, 24, greedy)
     assert out.token_ids == ref.token_ids
     assert out.stats.accepted > 0
+
+
+def test_tiny_eagle_distillation_learns_and_exports(tiny_setup, tmp_path: Path) -> None:
+    target, corpus, labelled = tiny_setup
+    out = tmp_path / "eagle"
+    _copy_labels(labelled, out)
+    kw = dict(TINY, arch="eagle", depth=2, chat_prompts=8, heldout_chat_prompts=4, chat_batch=4, chat_len=96,
+              chat_new_tokens=24)
+    s = D.distill(str(target), [str(corpus)], str(out), steps=40, **kw)
+    assert s["labels"]["shards_written"] == 3  # only the chat shards were missing (2 train + 1 held-out)
+    chat = load_file(out / "labels" / "train-chat-00000.safetensors")
+    assert chat["input_ids"].shape == (4, 96) and int(chat["generated"].sum()) > 0
+    assert set(s["acceptance"]) == {"code", "chat", "grounded"}
+    hist = s["train"]["history"]
+    assert hist[-1]["kl"] < 0.8 * hist[0]["kl"]
+    assert hist[-1]["agree"][0] > hist[0]["agree"][0]
+    assert (out / "eagle.safetensors").is_file() and (out / "vocab_map.safetensors").is_file()
+    assert (out / "features").is_dir() and 0 < s["cost"]["c"] < 10
+    # Resumable: a second run finds the checkpoint and the features and trains no further.
+    s2 = D.distill(str(target), [str(corpus)], str(out), steps=40, **dict(kw, measure=False))
+    assert s2["train"]["eval"]["step"] == 40
+    # The exported head drafts for the target, exactly.
+    tgt = load_causal_lm(target)
+    sp = SamplingParams(temperature=0)
+    got = SpeculativeDecoder(tgt, EagleDrafter(load_eagle_head(out)), k=3).generate(["def return"], 16, sp)
+    want = SpeculativeDecoder(tgt, None).generate(["def return"], 16, sp)
+    assert got.token_ids == want.token_ids

@@ -8,21 +8,33 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from verispec.drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
+from verispec.drafters import EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
 from verispec.engine import SpeculativeDecoder
 from verispec.sampling import SamplingParams, logits_to_probs
-from verispec.testing import EOS_ID, tiny_llama
+from verispec.testing import EOS_ID, tiny_eagle, tiny_llama
 
 GREEDY = SamplingParams(temperature=0)
 PROMPTS = ["hello world hello wor", "abc abc abc abc", "the cat sat on the mat. the cat", "x", "zz top"]
 
 
-def drafters(draft_lm):
-    return {
+def drafters(draft_lm, target=None):
+    """The drafters under test; with ``target``, also an EAGLE head over its features (with a
+    reduced output vocabulary: every other token id, so q = 0 on half the vocabulary)."""
+    out = {
         "model": ModelDrafter(draft_lm),
         "ngram": PromptLookupDrafter(),
         "hybrid": HybridDrafter(ModelDrafter(draft_lm)),
     }
+    if target is not None:
+        V = target.vocab_size
+        vmap = torch.cat([torch.arange(0, V, 2), torch.tensor([EOS_ID])]).unique()
+        out["eagle"] = EagleDrafter(tiny_eagle(target, seed=3))
+        out["eagle-vmap"] = EagleDrafter(tiny_eagle(target, seed=4, vocab_map=vmap))
+        out["eagle-hybrid"] = HybridDrafter(EagleDrafter(tiny_eagle(target, seed=3)))
+    return out
+
+
+ALL_KINDS = ["model", "ngram", "hybrid", "eagle", "eagle-vmap", "eagle-hybrid"]
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +43,9 @@ def greedy_reference(tiny_target):
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8, "heuristic", "auto"])
-@pytest.mark.parametrize("kind", ["model", "ngram", "hybrid"])
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_greedy_equals_target_only(tiny_target, tiny_draft, greedy_reference, kind, k):
-    dec = SpeculativeDecoder(tiny_target, drafters(tiny_draft)[kind], k=k)
+    dec = SpeculativeDecoder(tiny_target, drafters(tiny_draft, tiny_target)[kind], k=k)
     batch = dec.generate(PROMPTS, 24, GREEDY)
     assert batch.token_ids == greedy_reference  # batch of 5, prompts of different lengths
     assert dec.generate(PROMPTS[:1], 24, GREEDY).token_ids[0] == greedy_reference[0]  # batch of 1
@@ -54,7 +66,7 @@ def test_target_as_its_own_draft_accepts_everything(tiny_target):
 
 def test_sampled_rows_alone_equal_rows_in_batch(tiny_target, tiny_draft):
     sp = SamplingParams(temperature=0.9, top_p=0.95, seed=11)
-    for drafter in [None, *drafters(tiny_draft).values()]:
+    for drafter in [None, *drafters(tiny_draft, tiny_target).values()]:
         dec = SpeculativeDecoder(tiny_target, drafter, k=3)
         batch = dec.generate(PROMPTS, 20, sp).token_ids
         alone = [dec.generate([p], 20, sp).token_ids[0] for p in PROMPTS]
@@ -65,7 +77,7 @@ def test_sampled_rows_alone_equal_rows_in_batch(tiny_target, tiny_draft):
 def test_gumbel_text_equals_target_only_with_same_seed(tiny_target, tiny_draft):
     sp = SamplingParams(temperature=1.0, seed=1234)
     want = SpeculativeDecoder(tiny_target, None, method="gumbel").generate(PROMPTS, 20, sp).token_ids
-    for kind, drafter in drafters(tiny_draft).items():
+    for kind, drafter in drafters(tiny_draft, tiny_target).items():
         for k in (1, 4, "heuristic"):
             got = SpeculativeDecoder(tiny_target, drafter, k=k, method="gumbel").generate(PROMPTS, 20, sp)
             assert got.token_ids == want, (kind, k)
@@ -113,7 +125,8 @@ def _g_test(samples, law, min_expected=5.0):
 # False-alarm rate: each configuration is tested at alpha = 1e-4 with fixed seeds, so a correct
 # engine fails this test with probability < 1e-3 over the whole parametrisation (and never on
 # rerun, as the seeds are fixed).
-@pytest.mark.parametrize("kind", ["none", "model", "ngram", "hybrid", "gumbel-model"])
+@pytest.mark.parametrize("kind", ["none", "model", "ngram", "hybrid", "eagle", "eagle-vmap", "gumbel-model",
+                                  "gumbel-eagle-vmap"])
 def test_sampling_distribution_of_first_two_tokens(kind):
     target = tiny_llama(vocab_size=16, seed=5, dtype=torch.float64, initializer_range=0.4)
     draft = tiny_llama(vocab_size=16, seed=6, layers=1, dtype=torch.float64, initializer_range=0.4)
@@ -121,7 +134,7 @@ def test_sampling_distribution_of_first_two_tokens(kind):
     prompt = target.tokenizer("abcab")["input_ids"]
     law = _first_two_law(target, prompt, sp)
     method = "gumbel" if kind.startswith("gumbel") else "exact"
-    drafter = None if kind == "none" else drafters(draft)[kind.replace("gumbel-", "")]
+    drafter = None if kind == "none" else drafters(draft, target)[kind.replace("gumbel-", "")]
     n = 6000
     dec = SpeculativeDecoder(target, drafter, k=2, method=method)
     res = dec.generate([prompt] * n, 2, sp, seeds=list(range(10_000, 10_000 + n)))

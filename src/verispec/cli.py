@@ -37,7 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("prompt", help="the prompt text")
     g.add_argument("--target", default="smollm2-135m", help="built-in name, HF model dir or .gguf file")
     g.add_argument("--draft", default="default",
-                   help="model name/path, 'ngram' (prompt lookup), 'hybrid', 'none' (target only) or 'default'")
+                   help="draft model name/path, 'eagle' (the built-in EAGLE head) or an EAGLE head directory, "
+                        "'ngram' (prompt lookup), 'hybrid' (prompt lookup, then smollm2-135m-draft), 'NAME+ngram', "
+                        "'none' (target only) or 'default' (prompt lookup, then the built-in EAGLE head)")
     g.add_argument("--k", default="4", help="draft length: an int, 'auto' or 'heuristic' (default 4)")
     g.add_argument("--method", default="exact", choices=["exact", "gumbel"])
     _add_sampling_arguments(g)

@@ -22,6 +22,12 @@ Three stages, each resumable, all state under one output directory ``out``:
    loads it; verispec then computes only the vocab-map rows of the head, HF assisted
    generation uses the full tied head (both exact: tokens outside the map get q = 0).
 
+``--arch eagle`` trains an EAGLE-style head instead (:mod:`verispec.eagle`, training in
+:mod:`verispec.eagle_train`): after the labels, the target's final hidden states for every
+label shard are stored in ``out/features/`` (resumable), the head is trained on them, and the
+export is ``eagle_config.json`` + ``eagle.safetensors`` + ``vocab_map.safetensors`` (the head
+uses the target's own embedding and output rows, so it holds no copy of them).
+
 Corpus: by default the Python standard library's own sources (offline, ~3M tokens), split into
 train / held-out by file. Add any local text with ``--corpus PATH`` (files, or folders searched
 for ``*.py *.txt *.md *.rst *.json *.c *.h *.js *.ts *.java *.go *.rs *.html``). With internet a
@@ -49,7 +55,7 @@ __all__ = ["DistillConfig", "add_distill_arguments", "distill", "run_from_args",
 
 TOPK = 32
 SEQ_LEN = 256
-KINDS = ("tf", "sd", "sdd")  # teacher forcing, self-distillation from windows, from def headers
+KINDS = ("tf", "sd", "sdd", "chat")  # teacher forcing, self-distillation from windows / def headers / chat prompts
 TEXT_SUFFIXES = (".py", ".txt", ".md", ".rst", ".json", ".c", ".h", ".js", ".ts", ".java", ".go", ".rs", ".html")
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test", "lib2to3"}
 
@@ -84,6 +90,14 @@ class DistillConfig:
     eval_every: int = 250
     time_budget_s: float = 0.0  # stop labelling after this many seconds (0 = no limit)
     pause_at: int = 0  # stop training at this step (checkpointed; a later run resumes); 0 = never
+    chat_prompts: int = 0  # target answers to chat prompts built from the corpus (verispec.chat_prompts)
+    heldout_chat_prompts: int = 0
+    chat_len: int = 320  # tokens per chat sequence (prompt + answer, right-padded)
+    chat_new_tokens: int = 160  # longest answer
+    chat_batch: int = 32  # chat prompts per shard (one batched generation)
+    chat_weight: float = 3.0  # sampling weight of chat sequences relative to the others
+    depth: int = 3  # EAGLE only: unrolled draft steps trained per position ("training-time test")
+    feature_noise: float = 0.05  # EAGLE only: std of Gaussian noise on the input features
 
 
 # ----------------------------------------------------------------------------------------------
@@ -241,6 +255,33 @@ def generate_labelled(model, prompts: torch.Tensor, length: int, *, temperature:
             "generated": generated}
 
 
+def generate_chat(target, messages: Sequence[str], length: int, max_new: int, *, temperature: float = 0.0,
+                  seed: int = 0, batch: int = 4) -> dict[str, torch.Tensor]:
+    """The target's answers to chat ``messages`` (its chat template, one batched generation with
+    verispec's engine, target only), labelled by teacher forcing over prompt + answer.
+
+    Sequences are right-padded to ``length`` (weight 0); ``generated`` marks the answer tokens.
+    """
+    from .engine import SpeculativeDecoder
+    from .sampling import SamplingParams
+
+    dec = SpeculativeDecoder(target, None)
+    prompts = [dec.encode([m[:900]], chat=True)[0][: length - 64] for m in messages]  # room for an answer
+    res = dec.generate(prompts, min(max_new, length - min(map(len, prompts))),
+                       SamplingParams(temperature=temperature, seed=seed))
+    ids = torch.zeros(len(prompts), length, dtype=torch.int64)
+    weight = torch.zeros(len(prompts), length, dtype=torch.uint8)
+    generated = torch.zeros_like(weight)
+    for b, (p, a) in enumerate(zip(prompts, res.token_ids)):
+        seq = (p + a)[:length]
+        ids[b, : len(seq)] = torch.tensor(seq)
+        weight[b, : len(seq) - 1] = 1  # the last token's label would be about a token not in the sequence
+        generated[b, len(p) - 1 : len(seq)] = 1  # labels whose next token the target generated
+    shard = label_chunks(target.model, ids, batch)
+    shard["weight"], shard["generated"] = weight, generated
+    return shard
+
+
 def _plan_shards(cfg: DistillConfig, split: str) -> list[tuple[str, int]]:
     """The (kind, index) of every shard of a split, interleaved so that a stopped run has both kinds."""
     if split == "heldout":
@@ -250,7 +291,9 @@ def _plan_shards(cfg: DistillConfig, split: str) -> list[tuple[str, int]]:
         n_tf = math.ceil(cfg.label_tokens / (cfg.shard_seqs * cfg.seq_len))
         n_sd = math.ceil(cfg.self_distill_prompts / cfg.shard_seqs)
     plan: list[tuple[str, int]] = []
-    if split == "train":  # code-completion style prompts first (few, and closest to real use)
+    n_chat = cfg.chat_prompts if split == "train" else cfg.heldout_chat_prompts
+    plan += [("chat", i) for i in range(math.ceil(n_chat / cfg.chat_batch))]  # closest to real use: first
+    if split == "train":  # code-completion style prompts next (few)
         plan += [("sdd", i) for i in range(math.ceil(cfg.def_prompts / cfg.shard_seqs))]
     i = j = 0
     while i < n_sd or j < n_tf:  # proportional interleaving
@@ -268,8 +311,11 @@ def shard_path(out: Path, split: str, kind: str, index: int) -> Path:
 
 
 def make_labels(cfg: DistillConfig, out: Path, target, train_stream: torch.Tensor, held_stream: torch.Tensor,
-                progress: bool = True) -> dict:
-    """Write every missing label shard (held-out first). Returns counts and throughput."""
+                progress: bool = True, files: tuple[list[Path], list[Path]] | None = None) -> dict:
+    """Write every missing label shard (held-out first). Returns counts and throughput.
+
+    ``files`` (train, held-out) are the corpus files chat prompts are built from.
+    """
     model = target.model
     eos = target.tokenizer.eos_token_id
     jobs = [("heldout", k, i) for k, i in _plan_shards(cfg, "heldout")]
@@ -285,7 +331,19 @@ def make_labels(cfg: DistillConfig, out: Path, target, train_stream: torch.Tenso
             stream = train_stream if split == "train" else held_stream
             g = torch.Generator().manual_seed(_mix(cfg.seed, split, kind, index))
             n = cfg.shard_seqs
-            if kind == "tf":
+            if kind == "chat":
+                if files is None:
+                    raise ValueError("chat shards need the corpus files")
+                from .chat_prompts import chat_prompts
+
+                n_all = cfg.chat_prompts if split == "train" else cfg.heldout_chat_prompts
+                msgs = chat_prompts(files[0] if split == "train" else files[1], n_all,
+                                    seed=_mix(cfg.seed, split, "chat"))[index * cfg.chat_batch:(index + 1) * cfg.chat_batch]
+                sampled = cfg.sample_every > 0 and index % cfg.sample_every == cfg.sample_every - 1
+                shard = generate_chat(target, msgs, cfg.chat_len, cfg.chat_new_tokens,
+                                      temperature=0.8 if sampled else 0.0, seed=_mix(cfg.seed, split, "chat", index),
+                                      batch=cfg.label_batch)
+            elif kind == "tf":
                 L = cfg.seq_len
                 if len(stream) < L + 1:
                     raise ValueError(f"the {split} corpus has only {len(stream)} tokens (< {L + 1})")
@@ -380,7 +438,7 @@ def prepare_streams(tok, corpus: Sequence[str | os.PathLike], out: Path, *, stdl
     train = _token_stream(tok, _read_texts(train_f), labels / "stream-train.safetensors")
     held = _token_stream(tok, _read_texts(held_f), labels / "stream-heldout.safetensors")
     info = {"files_train": len(train_f), "files_heldout": len(held_f), "tokens_train": len(train),
-            "tokens_heldout": len(held)}
+            "tokens_heldout": len(held), "files": (train_f, held_f)}
     return train, held, info
 
 
@@ -471,7 +529,12 @@ class LabelSet:
         shards = [load_file(p) for p in paths]
         if not shards:
             raise ValueError("no label shards")
-        cat = {k: torch.cat([s[k] for s in shards]) for k in shards[0]}
+        L = max(s["input_ids"].shape[1] for s in shards)  # chat shards are longer: right-pad the rest
+
+        def pad(x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (0, 0, 0, L - x.shape[1]) if x.ndim == 3 else (0, L - x.shape[1]))
+
+        cat = {k: torch.cat([pad(s[k]) for s in shards]) for k in shards[0]}
         kinds = torch.cat([torch.full((len(s["input_ids"]),), KINDS.index(Path(p).name.split("-")[1]))
                            for p, s in zip(paths, shards)])
         return cls(cat["input_ids"].long(), cat["topk_ids"].long(), cat["topk_logp"].float(),
@@ -485,14 +548,28 @@ class LabelSet:
                         self.generated[idx], None if self.kind is None else self.kind[idx])
 
 
+def sequence_weights(cfg: DistillConfig, labels: LabelSet) -> torch.Tensor:
+    """``[N]`` float64 sampling weight per training sequence: def-header and chat continuations
+    are oversampled by ``def_oversample`` / ``chat_weight``."""
+    w = torch.ones(len(labels), dtype=torch.float64)
+    if labels.kind is not None:
+        w[labels.kind == KINDS.index("sdd")] = cfg.def_oversample
+        w[labels.kind == KINDS.index("chat")] = cfg.chat_weight
+    return w
+
+
 def label_files(out: Path, split: str) -> list[Path]:
     return sorted((out / "labels").glob(f"{split}-*-*.safetensors"))
 
 
-def choose_vocab_map(labels: LabelSet, size: int, always: Sequence[int] = ()) -> torch.Tensor:
-    """The ``size`` tokens the teacher most often prefers (argmax counts, then top-k mass), sorted ids."""
+def choose_vocab_map(labels: LabelSet, size: int, always: Sequence[int] = (),
+                     seq_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The ``size`` tokens the teacher most often prefers (argmax counts, then top-k mass), sorted ids.
+
+    ``seq_weight [N]`` weights each sequence's counts (as training samples them).
+    """
     V = int(max(labels.topk_ids.max().item() + 1, max(always, default=0) + 1))
-    w = labels.weight
+    w = labels.weight if seq_weight is None else labels.weight * seq_weight[:, None].to(labels.weight.dtype)
     counts = torch.zeros(V, dtype=torch.float64).index_add_(0, labels.topk_ids[..., 0].reshape(-1),
                                                             w.reshape(-1).double())
     mass = torch.zeros(V, dtype=torch.float64).index_add_(
@@ -635,9 +712,7 @@ def train_student(cfg: DistillConfig, out: Path, target, train: LabelSet, held: 
         step, history = _load_checkpoint(ckpt, student, opt)
         log(f"resumed from {ckpt} at step {step}")
     g = torch.Generator().manual_seed(_mix(cfg.seed, "batches"))
-    seq_w = torch.ones(len(train), dtype=torch.float64)
-    if train.kind is not None:
-        seq_w[train.kind == KINDS.index("sdd")] = cfg.def_oversample
+    seq_w = sequence_weights(cfg, train)
 
     def draw() -> torch.Tensor:
         return torch.multinomial(seq_w, cfg.batch_size, replacement=True, generator=g)
@@ -726,16 +801,23 @@ def measure_cost(target, draft, prompt: str = "def fibonacci(n):\n    ", steps: 
         return ts
 
     def run_draft() -> list[float]:
-        d = ModelDrafter(draft)
+        d = draft if hasattr(draft, "propose") else ModelDrafter(draft)
         d.bind(target)
+        features = None
+        if getattr(d, "uses_target_features", False):
+            features = [target.model.base_model(input_ids=torch.tensor([ids[:-1]])).last_hidden_state[0]]
         d.start(DraftContext([ids], SamplingParams(temperature=0.0), torch.zeros(1, dtype=torch.int64), "exact", V,
-                             torch.float32))
+                             torch.float32, features))
         ts = []
         for _ in range(steps // 4):
             t0 = time.perf_counter()
             out = d.propose(torch.tensor([4]))
             ts.append((time.perf_counter() - t0) / 4)
-            d.update([out.tokens[0].tolist()])  # pretend everything was accepted (+ no bonus)
+            toks = out.tokens[0].tolist()  # pretend everything was accepted (+ no bonus)
+            if features is not None:  # stand-in features: the cost does not depend on their values
+                d.update([toks], features=[torch.zeros(len(toks), target.model.config.hidden_size)])
+            else:
+                d.update([toks])
         return ts
 
     tt, td = [], []
@@ -744,6 +826,25 @@ def measure_cost(target, draft, prompt: str = "def fibonacci(n):\n    ", steps: 
         td += run_draft()
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     return {"target_step_s": med(tt), "draft_step_s": med(td), "c": med(td) / med(tt)}
+
+
+def measure_acceptance(target, drafter, *, workloads: str = "code,chat,grounded", limit: int = 2,
+                       max_new_tokens: int = 48, k: int = 4) -> dict[str, dict[str, float]]:
+    """alpha and tau of ``drafter`` with the engine (greedy, fixed ``k``) on the first ``limit``
+    prompts of each built-in bench workload, one batch per workload."""
+    from .bench.workloads import load_workload
+    from .engine import SpeculativeDecoder
+    from .sampling import SamplingParams
+
+    out = {}
+    dec = SpeculativeDecoder(target, drafter, k=k)
+    for name in workloads.split(","):
+        prompts = load_workload(name)[:limit]
+        room = getattr(target.model.config, "max_position_embeddings", 1 << 30) - max_new_tokens
+        ids = [dec.encode([p.text], chat=p.chat)[0][-room:] for p in prompts]  # (tiny test models: short context)
+        st = dec.generate(ids, max_new_tokens, SamplingParams(temperature=0.0)).stats
+        out[name] = {"alpha": st.alpha, "tau": st.tau, "drafted": st.drafted, "emitted": st.emitted}
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -782,7 +883,11 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
         torch.set_num_threads(threads)
     cfg = DistillConfig(target=target, arch=arch, vocab_size=vocab_size, steps=steps, seed=seed,
                         label_tokens=label_tokens, self_distill_prompts=self_distill_prompts, **overrides)
-    parse_arch(cfg.arch)
+    eagle = cfg.arch == "eagle"
+    if not eagle:
+        parse_arch(cfg.arch)
+    if cfg.depth < 1:
+        raise ValueError(f"depth must be >= 1, got {cfg.depth}")
     bad = set(stages) - {"label", "train", "export"}
     if bad:
         raise ValueError(f"unknown stages {sorted(bad)}")
@@ -797,8 +902,9 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
 
     if "label" in stages:
         train_s, held_s, info = prepare_streams(tgt.tokenizer, corpus, outp, stdlib=stdlib)
+        files = info.pop("files")
         summary["corpus"] = info
-        summary["labels"] = make_labels(cfg, outp, tgt, train_s, held_s, progress)
+        summary["labels"] = make_labels(cfg, outp, tgt, train_s, held_s, progress, files=files)
 
     if "train" in stages or "export" in stages:
         tr_files, he_files = label_files(outp, "train"), label_files(outp, "heldout")
@@ -812,7 +918,8 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
         if vmap_file.is_file() and (outp / "checkpoints" / "last.safetensors").is_file():
             vmap = load_file(vmap_file)["vocab_map"].long()
         else:
-            vmap = choose_vocab_map(train, n_vocab, eos) if n_vocab < V else torch.arange(V)
+            vmap = (choose_vocab_map(train, n_vocab, eos, sequence_weights(cfg, train)) if n_vocab < V
+                    else torch.arange(V))
             _atomic_save({"vocab_map": vmap}, vmap_file)
         summary["data"] = {"train_seqs": len(train), "train_tokens": int(train.weight.sum()),
                            "train_generated_tokens": int((train.weight * train.generated).sum()),
@@ -820,6 +927,13 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
                            "vocab_map_heldout_argmax_coverage": coverage(held, vmap)}
         log(json.dumps(summary["data"]))
         t0 = time.perf_counter()
+        if eagle:
+            summary.update(_train_export_eagle(cfg, outp, tgt, tr_files, he_files, vmap,
+                                               sequence_weights(cfg, train), stages, measure, progress, log))
+            summary["train"]["seconds_this_run"] = time.perf_counter() - t0
+            summary["seconds"] = time.perf_counter() - t_all
+            _atomic_json(summary, outp / "distill-summary.json")
+            return summary
         student, result = train_student(cfg, outp, tgt, train, held, vmap, progress, log)
         summary["train"] = {**result, "seconds_this_run": time.perf_counter() - t0}
         if "export" in stages:
@@ -827,8 +941,48 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
             if measure:
                 draft = load_causal_lm(outp)
                 summary["cost"] = measure_cost(tgt, draft)
+                from .drafters import ModelDrafter
+
+                summary["acceptance"] = measure_acceptance(tgt, ModelDrafter(draft))
     summary["seconds"] = time.perf_counter() - t_all
     _atomic_json(summary, outp / "distill-summary.json")
+    return summary
+
+
+def _train_export_eagle(cfg: DistillConfig, out: Path, tgt, tr_files: list[Path], he_files: list[Path],
+                        vmap: torch.Tensor, sample_weight: torch.Tensor, stages: Sequence[str], measure: bool,
+                        progress: bool, log) -> dict:
+    """``--arch eagle``: target features for every label shard, then the EAGLE head (see
+    :mod:`verispec.eagle_train`), exported as ``eagle_config.json`` + ``eagle.safetensors``."""
+    from .eagle import features_match_logits, save_eagle_head
+    from .eagle_train import FeatureSet, make_features, train_eagle
+
+    if not features_match_logits(tgt.model):
+        raise ValueError(f"target {cfg.target!r} does not compute its logits as lm_head(final hidden state); "
+                         "--arch eagle cannot use it")
+    with _progress(progress) as bar:
+        task = bar.add_task("target features", total=len(tr_files) + len(he_files))
+        ftr = make_features(tgt.model, tr_files, progress=bar, task=task)
+        fhe = make_features(tgt.model, he_files, progress=bar, task=task)
+        train, held = FeatureSet.load(ftr), FeatureSet.load(fhe)
+        head, result = train_eagle(tgt.model, train, held, vmap, out, steps=cfg.steps, batch_size=cfg.batch_size,
+                                   lr=cfg.lr, depth=cfg.depth, noise=cfg.feature_noise, seed=cfg.seed,
+                                   sample_weight=sample_weight,
+                                   eval_every=cfg.eval_every, ckpt_every=cfg.ckpt_every,
+                                   progress=bar if progress else None, log=log)
+    summary: dict = {"train": result}
+    if "export" in stages:
+        V = tgt.model.config.vocab_size
+        save_eagle_head(head, out, vocab_map=vmap if len(vmap) < V else None,
+                        meta={"target": cfg.target, "distill": asdict(cfg)})
+        summary["size_bytes"] = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+        if measure:
+            from .drafters import EagleDrafter
+            from .eagle import load_eagle_head
+
+            drafter = EagleDrafter(load_eagle_head(out), name=str(out))
+            summary["cost"] = measure_cost(tgt, drafter)
+            summary["acceptance"] = measure_acceptance(tgt, drafter)
     return summary
 
 
@@ -841,7 +995,11 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra text files or folders (repeatable); the Python stdlib is always used "
                              "unless --no-stdlib")
     parser.add_argument("--no-stdlib", action="store_true", help="do not use the stdlib sources as corpus")
-    parser.add_argument("--arch", default=d.arch, help="llama-l<layers>-h<hidden>[-i<intermediate>] (default %(default)s)")
+    parser.add_argument("--arch", default=d.arch,
+                        help="llama-l<layers>-h<hidden>[-i<intermediate>] for an independent draft model, or "
+                             "'eagle' for a head over the target's features (default %(default)s)")
+    parser.add_argument("--depth", type=int, default=d.depth,
+                        help="eagle: unrolled draft steps trained per position (default %(default)s)")
     parser.add_argument("--vocab-size", type=int, default=d.vocab_size,
                         help="draft output vocabulary (vocab map rows; 0 = full) (default %(default)s)")
     parser.add_argument("--steps", type=int, default=d.steps, help="training steps (default %(default)s)")
@@ -853,6 +1011,13 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--def-prompts", type=int, default=d.def_prompts,
                         help="extra target continuations of short prompts ending at a Python def header "
                              "(code-completion style) (default %(default)s)")
+    parser.add_argument("--chat-prompts", type=int, default=d.chat_prompts,
+                        help="target answers to chat prompts built offline from the corpus (code completion, "
+                             "explanation, edits, documentation questions; default %(default)s)")
+    parser.add_argument("--heldout-chat-prompts", type=int, default=d.heldout_chat_prompts,
+                        help="the same from the held-out files, for evaluation (default %(default)s)")
+    parser.add_argument("--chat-weight", type=float, default=d.chat_weight,
+                        help="sampling weight of chat sequences in training batches (default %(default)s)")
     parser.add_argument("--def-oversample", type=float, default=d.def_oversample,
                         help="sampling weight of those continuations in training batches (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=d.batch_size)
@@ -875,10 +1040,14 @@ def run_from_args(args: argparse.Namespace) -> int:
                 stdlib=not args.no_stdlib, stages=[s for s in args.stages.split(",") if s],
                 measure=not args.no_measure, threads=args.threads, batch_size=args.batch_size, lr=args.lr,
                 time_budget_s=args.label_seconds, def_prompts=args.def_prompts,
-                def_oversample=args.def_oversample)
+                def_oversample=args.def_oversample, depth=args.depth, chat_prompts=args.chat_prompts,
+                heldout_chat_prompts=args.heldout_chat_prompts, chat_weight=args.chat_weight)
     console = Console()
     ev = s.get("train", {}).get("eval", {})
-    if ev:
+    if ev and "agree" in ev:  # EAGLE head: agreement of each unrolled draft step
+        console.print(f"held-out KL {ev['kl']:.3f}, top-1 agreement with the target by draft step: "
+                      + ", ".join(f"{a:.3f}" for a in ev["agree"]))
+    elif ev:
         console.print(f"held-out KL {ev.get('kl_all', float('nan')):.3f}, top-1 agreement "
                       f"{ev.get('agree_all', float('nan')):.3f} (human text {ev.get('agree_human', float('nan')):.3f}, "
                       f"target's own output {ev.get('agree_generated', float('nan')):.3f})")
@@ -886,6 +1055,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         c = s["cost"]
         console.print(f"draft step {c['draft_step_s'] * 1e3:.2f} ms, target step {c['target_step_s'] * 1e3:.1f} ms, "
                       f"c = {c['c']:.3f}")
+    for name, a in s.get("acceptance", {}).items():
+        console.print(f"{name} prompts, greedy, k=4: alpha {a['alpha']:.3f}, tau {a['tau']:.2f}")
     if "size_bytes" in s:
         console.print(f"wrote {args.out} ({s['size_bytes'] / 1e6:.1f} MB)")
     return 0

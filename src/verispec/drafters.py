@@ -14,17 +14,20 @@ a whole run is a pure function of the seeds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
 
+from .eagle import EagleDraftModel, EagleFiles, bind_eagle, features_match_logits, is_eagle_dir, load_eagle_head
 from .models import CausalLM
 from .rng import STREAM_DRAFT, sample
 from .runner import KVRunner
 from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
-__all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "DraftContext", "make_drafter"]
+__all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
+           "to_target_vocab", "make_drafter", "load_drafter", "is_eagle_spec"]
 
 
 @dataclass
@@ -56,6 +59,9 @@ class DraftContext:
         method: "exact" (sample d ~ q) or "gumbel" (d = argmax(log q + G), shared noise).
         vocab_size: the target's vocabulary size V; ``probs`` must be ``[B, K, V]``.
         dtype: dtype of the target's probabilities (q must match it).
+        features: for drafters with ``uses_target_features``: per row, the target's final
+            hidden states ``[len(prompt) - 1, H]`` at the prompt positions before the last
+            (feature i belongs to the position of token i and precedes token i + 1).
     """
 
     prompts: list[list[int]]
@@ -64,6 +70,7 @@ class DraftContext:
     method: str
     vocab_size: int
     dtype: torch.dtype
+    features: list[torch.Tensor] | None = None
 
 
 @runtime_checkable
@@ -80,7 +87,31 @@ class Drafter(Protocol):
         """Propose up to ``k[b]`` tokens for each row b (``k [B]`` int64, may be 0)."""
 
     def update(self, emitted: list[list[int]]) -> None:
-        """Append each row's newly emitted tokens to its context (accepted drafts + 1 token)."""
+        """Append each row's newly emitted tokens to its context (accepted drafts + 1 token).
+
+        Drafters with a true ``uses_target_features`` attribute are called as
+        ``update(emitted, features=...)``: per row, the target's final hidden states
+        ``[len(emitted[b]), H]`` at the positions just before each emitted token.
+        """
+
+
+def to_target_vocab(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int, dtype: torch.dtype) -> torch.Tensor:
+    """Draft logits ``[B, V_d]`` -> ``[B, V]`` over the target vocabulary.
+
+    Row i of a reduced head scores target id ``vocab_map[i]``; every other id gets -inf (q = 0,
+    which the exact verifier handles). Without a map, a padded head is cut to V and a short
+    one padded with -inf.
+    """
+    logits = logits.to(dtype)
+    if vocab_map is not None:
+        full = logits.new_full((logits.shape[0], V), float("-inf"))
+        return full.index_copy_(1, vocab_map.to(logits.device), logits)
+    Vd = logits.shape[-1]
+    if Vd == V:
+        return logits
+    if Vd > V:  # padded draft head: the target gives those ids probability 0 anyway
+        return logits[:, :V]
+    return torch.cat([logits, logits.new_full((logits.shape[0], V - Vd), float("-inf"))], dim=1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -119,19 +150,7 @@ class ModelDrafter:
         self._fed: list[list[int]] = [[] for _ in ctx.prompts]  # drafts fed to the cache, per row
 
     def _logits_to_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
-        """Draft logits ``[B, V_d]`` -> ``[B, V]`` over the target vocabulary (-inf where the draft has no entry)."""
-        V = self.ctx.vocab_size
-        logits = logits.to(self.ctx.dtype)
-        vmap = self.lm.vocab_map
-        if vmap is not None:
-            full = logits.new_full((logits.shape[0], V), float("-inf"))
-            return full.index_copy_(1, vmap.to(logits.device), logits)
-        Vd = logits.shape[-1]
-        if Vd == V:
-            return logits
-        if Vd > V:  # padded draft head: the target gives those ids probability 0 anyway
-            return logits[:, :V]
-        return torch.cat([logits, logits.new_full((logits.shape[0], V - Vd), float("-inf"))], dim=1)
+        return to_target_vocab(logits, self.lm.vocab_map, self.ctx.vocab_size, self.ctx.dtype)
 
     def propose(self, k: torch.Tensor) -> Draft:
         B = len(self.contexts)
@@ -247,7 +266,8 @@ class HybridDrafter:
     one batch can mix both kinds exactly.
     """
 
-    def __init__(self, model: ModelDrafter, copy: PromptLookupDrafter | None = None, min_copy: int = 2) -> None:
+    def __init__(self, model: ModelDrafter | EagleDrafter, copy: PromptLookupDrafter | None = None,
+                 min_copy: int = 2) -> None:
         self.model = model
         self.copy = copy or PromptLookupDrafter()
         self.min_copy = min_copy
@@ -286,37 +306,178 @@ class HybridDrafter:
         probs[use_copy, :Kc] = one_hot[use_copy]
         return Draft(tokens, probs, num, drafted.forwards if drafted is not None else 0)
 
-    def update(self, emitted: list[list[int]]) -> None:
-        self.model.update(emitted)
+    @property
+    def uses_target_features(self) -> bool:
+        return bool(getattr(self.model, "uses_target_features", False))
+
+    def update(self, emitted: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
+        if self.uses_target_features:
+            self.model.update(emitted, features=features)
+        else:
+            self.model.update(emitted)
         self.copy.update(emitted)
 
 
 # ----------------------------------------------------------------------------------------------
 
+
+class EagleDrafter:
+    """Drafts with an EAGLE head over the target's features (see :mod:`verispec.eagle`).
+
+    The head's KV cache holds one *pair* ``(f_{i-1}, x_i)`` per context position, only for
+    positions whose target feature is known (the target computes ``f_i`` when it verifies
+    position i). A proposal feeds the pending real pairs, then drafts step by step, feeding
+    its own predicted feature beside each draft token; those speculative pairs are rolled back
+    at ``update``, which brings the target's real features for the emitted tokens.
+    """
+
+    uses_target_features = True
+
+    def __init__(self, files: EagleFiles, name: str = "eagle") -> None:
+        self.files = files
+        self.name = name
+        self.model: EagleDraftModel | None = None
+
+    def bind(self, target: CausalLM) -> None:
+        if not features_match_logits(target.model):
+            raise ValueError(f"target {target.name!r} does not compute its logits as lm_head(final hidden "
+                             "state); an EAGLE head cannot draft from its features")
+        self.model = bind_eagle(self.files, target)
+        self.vocab_map = self.files.vocab_map
+
+    def start(self, ctx: DraftContext) -> None:
+        if self.model is None:
+            raise RuntimeError("EagleDrafter.bind(target) must be called before start()")
+        if ctx.features is None or len(ctx.features) != len(ctx.prompts):
+            raise ValueError("EagleDrafter needs the target's prompt features (DraftContext.features)")
+        self.ctx = ctx
+        H = self.model.config.hidden_size
+        self.lengths = [len(p) for p in ctx.prompts]  # context length per row
+        self.pending_tok = [list(p) for p in ctx.prompts]  # x_i not in the head's cache yet
+        zero = torch.zeros(1, H, dtype=self.model.dtype)
+        self.pending_feat = [[zero, f.to(self.model.dtype)] for f in ctx.features]  # f_{i-1} beside each
+        self.runner = KVRunner(self.model, len(ctx.prompts))
+        self._real = self.runner.lengths.clone()
+
+    def propose(self, k: torch.Tensor) -> Draft:
+        B = len(self.lengths)
+        K = int(k.max()) if B else 0
+        V = self.ctx.vocab_size
+        tokens = torch.zeros(B, K, dtype=torch.int64)
+        probs = torch.zeros(B, K, V, dtype=self.ctx.dtype)
+        if K == 0:
+            return Draft(tokens, probs, k.clone(), 0)
+        device = self.model.device
+        H = self.model.config.hidden_size
+
+        # Feed the pending real pairs (ragged: left-pad with placeholders).
+        width = max(len(p) for p in self.pending_tok)
+        feed = torch.zeros(B, width, dtype=torch.int64)
+        feats = torch.zeros(B, width, H, dtype=self.model.dtype)
+        live = torch.zeros(B, width, dtype=torch.bool)
+        for b in range(B):  # ragged batch assembly (a few pairs per row)
+            n = len(self.pending_tok[b])
+            if n:
+                feed[b, width - n:] = torch.tensor(self.pending_tok[b])
+                feats[b, width - n:] = torch.cat(self.pending_feat[b])[-n:]
+                live[b, width - n:] = True
+        if width == 0:
+            raise RuntimeError("EAGLE head has no pending pair to draft from")
+        logits, f_hat = self.runner.forward(feed.to(device), live.to(device), logits_to_keep=1,
+                                            return_hidden=True, features=feats.to(device))
+        self.pending_tok = [[] for _ in range(B)]
+        self.pending_feat = [[] for _ in range(B)]
+        self._real = self.runner.lengths.clone()  # the cache holds only real pairs up to here
+        f_last = f_hat[:, -1:]  # [B, 1, H] predicted feature of the newest position
+        positions = torch.tensor(self.lengths, dtype=torch.int64)  # slot 0's absolute position
+        for i in range(K):
+            q = logits_to_probs(to_target_vocab(logits[:, -1], self.vocab_map, V, self.ctx.dtype),
+                                self.ctx.sampling)  # [B, V]
+            if self.ctx.method == "gumbel":
+                d = gumbel_argmax(torch.log(q)[:, None], self.ctx.seeds, positions + i)[:, 0]
+            else:
+                d = sample(q, self.ctx.seeds, positions + i, STREAM_DRAFT)
+            tokens[:, i] = d
+            probs[:, i] = q
+            if i + 1 < K:  # the pair (f^, d): the head's own feature beside its own draft
+                logits, f_last = self.runner.forward(d[:, None].to(device), logits_to_keep=1,
+                                                     return_hidden=True, features=f_last)
+        return Draft(tokens, probs, k.clone(), K)
+
+    def update(self, emitted: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
+        if features is None:
+            raise ValueError("EagleDrafter.update needs the target's features for the emitted tokens")
+        self.runner.truncate(self._real.to(self.runner.lengths.device))  # drop speculative pairs
+        for b, new in enumerate(emitted):
+            if not new:
+                continue
+            if features[b].shape[0] != len(new):
+                raise ValueError(f"row {b}: {len(new)} emitted tokens but {features[b].shape[0]} features")
+            self.pending_tok[b].extend(new)
+            self.pending_feat[b].append(features[b].to(self.model.dtype))
+            self.lengths[b] += len(new)
+
+
+# ----------------------------------------------------------------------------------------------
+
 DEFAULT_DRAFT_MODEL = "smollm2-135m-draft"
+EAGLE_DRAFT = "smollm2-135m-eagle"
+EAGLE_BUILTINS = {EAGLE_DRAFT: Path(__file__).parent / "data" / EAGLE_DRAFT}
+
+
+def is_eagle_spec(spec: str) -> bool:
+    """Whether ``spec`` names an EAGLE head: a built-in one or a directory with ``eagle_config.json``."""
+    return spec in EAGLE_BUILTINS or spec == "eagle" or is_eagle_dir(spec)
+
+
+def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDrafter | EagleDrafter:
+    """A model drafter from a name or path: an :class:`EagleDrafter` for EAGLE heads (``"eagle"``
+    is the built-in one), else a :class:`ModelDrafter` over ``load_causal_lm(spec)``.
+
+    Raises:
+        ModelLoadError: the model cannot be loaded (the message names the argument).
+    """
+    from .models import ModelLoadError, load_causal_lm
+
+    if spec == "eagle":
+        spec = EAGLE_DRAFT
+    if spec in EAGLE_BUILTINS:
+        path = EAGLE_BUILTINS[spec]
+        if not is_eagle_dir(path):
+            raise ModelLoadError(f"built-in EAGLE head {spec!r} is not installed (expected {path})")
+        return EagleDrafter(load_eagle_head(path, dtype=dtype), name=spec)
+    if is_eagle_dir(spec):
+        return EagleDrafter(load_eagle_head(spec, dtype=dtype), name=Path(spec).name)
+    return ModelDrafter(load_causal_lm(spec, dtype=dtype))
 
 
 def make_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> Drafter | None:
     """Build a drafter from a command-line style spec.
 
-    ``"none"`` (target-only), ``"ngram"`` (prompt lookup), ``"hybrid"`` (prompt lookup, then the
-    built-in draft model), ``"default"`` (the best built-in drafter available: hybrid when the
-    distilled draft is installed, else ngram), or a model name / path for a :class:`ModelDrafter`
-    (``"NAME+ngram"`` for that model behind prompt lookup).
+    ``"none"`` (target-only), ``"ngram"`` (prompt lookup), ``"eagle"`` (the built-in EAGLE head),
+    ``"hybrid"`` (prompt lookup, then the built-in draft model), ``"default"`` (the best
+    built-in drafter available: prompt lookup then the EAGLE head, else prompt lookup then the
+    draft model, else prompt lookup alone), or a model name / path (see :func:`load_drafter`;
+    ``"NAME+ngram"`` for that model behind prompt lookup).
     """
-    from .models import ModelLoadError, load_causal_lm
+    from .models import ModelLoadError
 
     if spec == "none":
         return None
     if spec == "ngram":
         return PromptLookupDrafter()
     if spec == "default":
-        try:
-            return HybridDrafter(ModelDrafter(load_causal_lm(DEFAULT_DRAFT_MODEL, dtype=dtype)))
-        except ModelLoadError:
-            return PromptLookupDrafter()
+        for name in DEFAULT_CHAIN:
+            try:
+                return HybridDrafter(load_drafter(name, dtype=dtype))
+            except ModelLoadError:
+                continue
+        return PromptLookupDrafter()
     if spec == "hybrid":
         spec = DEFAULT_DRAFT_MODEL + "+ngram"
     if spec.endswith("+ngram"):
-        return HybridDrafter(ModelDrafter(load_causal_lm(spec[: -len("+ngram")], dtype=dtype)))
-    return ModelDrafter(load_causal_lm(spec, dtype=dtype))
+        return HybridDrafter(load_drafter(spec[: -len("+ngram")], dtype=dtype))
+    return load_drafter(spec, dtype=dtype)
+
+
+DEFAULT_CHAIN = (EAGLE_DRAFT, DEFAULT_DRAFT_MODEL)  # "default": the first that loads, behind prompt lookup

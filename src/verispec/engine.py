@@ -7,7 +7,10 @@ One iteration for a batch of B rows (each row has emitted ``n_b`` tokens so far)
 2. the target runs ONE forward over ``[last emitted token, d_1..d_K]`` -> p at K+1 slots;
 3. :func:`verispec.verify` accepts a prefix and emits one more token per row;
 4. the target's cache drops the rejected drafts (:class:`KVRunner.truncate`), the drafter is
-   told what was emitted, EOS and stop strings end rows.
+   told what was emitted, EOS and stop strings end rows. A drafter that reads the target's
+   features (``uses_target_features``, e.g. :class:`verispec.drafters.EagleDrafter`) also gets
+   the target's final hidden states at the slots before each emitted token, from the same
+   pass (and those of the prompt at prefill): no extra target computation.
 
 The target cache holds every emitted token except the last one, which is fed at the start of
 the next iteration together with the new drafts, so the prompt is prefilled exactly once.
@@ -252,6 +255,10 @@ class SpeculativeDecoder:
         # Prefill: the whole prompt except its last token, which starts the first iteration.
         t0 = time.perf_counter()
         target = KVRunner(model, B)
+        drafter = self.drafter
+        # An EAGLE-style drafter reads the target's final hidden states (its "features").
+        wants_features = bool(getattr(drafter, "uses_target_features", False))
+        features: list[torch.Tensor] | None = None
         width = max(len(p) for p in prompts)
         if width > 1:
             feed = torch.zeros(B, width - 1, dtype=torch.int64)
@@ -260,11 +267,15 @@ class SpeculativeDecoder:
                 if len(p) > 1:
                     feed[b, width - len(p):] = torch.tensor(p[:-1])
                     live[b, width - len(p):] = True
-            target.forward(feed.to(device), live.to(device), logits_to_keep=1)
+            out = target.forward(feed.to(device), live.to(device), logits_to_keep=1, return_hidden=wants_features)
+            if wants_features:
+                hidden = out[1].cpu()  # [B, width-1, H], rows left-padded
+                features = [hidden[b, hidden.shape[1] - (len(p) - 1):] for b, p in enumerate(prompts)]
+        elif wants_features:
+            features = [torch.zeros(0, model.config.hidden_size) for _ in prompts]
         last = torch.tensor([p[-1] for p in prompts], dtype=torch.int64)
-        drafter = self.drafter
         if drafter is not None:
-            drafter.start(DraftContext(prompts, sampling, seeds, self.method, V, dtype))
+            drafter.start(DraftContext(prompts, sampling, seeds, self.method, V, dtype, features))
         stats.time_prefill = time.perf_counter() - t0
 
         generated: list[list[int]] = [[] for _ in range(B)]
@@ -296,7 +307,10 @@ class SpeculativeDecoder:
             # Target: one pass over [last, d_1..d_K] gives p at K+1 slots.
             t0 = time.perf_counter()
             feed = torch.cat([last[:, None], d_tok], dim=1)
-            logits = target.forward(feed.to(device))  # [B, K+1, V_t]
+            if wants_features:
+                logits, hidden = target.forward(feed.to(device), return_hidden=True)  # [B, K+1, V_t], [B, K+1, H]
+            else:
+                logits = target.forward(feed.to(device))  # [B, K+1, V_t]
             dt = time.perf_counter() - t0
             stats.time_target += dt
             stats.target_forwards += 1
@@ -336,7 +350,10 @@ class SpeculativeDecoder:
             kept = prompt_len + torch.tensor([len(g) for g in generated]) - 1
             target.truncate(kept.to(device))
             last = torch.tensor([g[-1] if g else p_[-1] for g, p_ in zip(generated, prompts)], dtype=torch.int64)
-            if drafter is not None:
+            if wants_features:  # the target's features at the slots before each emitted token
+                hidden = hidden.cpu()
+                drafter.update(emitted, features=[hidden[b, : len(e)] for b, e in enumerate(emitted)])
+            elif drafter is not None:
                 drafter.update(emitted)
 
             texts = [tok.decode(g, skip_special_tokens=True) for g in generated]

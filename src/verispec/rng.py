@@ -104,7 +104,7 @@ def sample(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, st
     are never returned. ``seeds`` and ``positions`` broadcast to ``probs.shape[:-1]``.
     Returns int64 token ids of shape ``probs.shape[:-1]``.
     """
-    cdf = probs.to(torch.float64, copy=True).cumsum_(-1)  # [..., V], one float64 buffer
+    cdf = probs.to(torch.float64, copy=True, memory_format=torch.contiguous_format).cumsum_(-1)  # [..., V]
     total = cdf[..., -1:].contiguous()
     u = uniform(seeds, positions, stream).expand(probs.shape[:-1]).unsqueeze(-1)
     token = torch.searchsorted(cdf, u * total, right=True)

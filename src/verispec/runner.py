@@ -36,8 +36,9 @@ class KVRunner:
         self.lengths = torch.zeros(batch_size, dtype=torch.int64, device=device)
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, live: torch.Tensor | None = None,
-                logits_to_keep: int = 0) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, live: torch.Tensor | None = None, logits_to_keep: int = 0,
+                *, return_hidden: bool = False, **model_kwargs
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Append ``tokens [B, T]`` to every row and return logits ``[B, T', V]``.
 
         Args:
@@ -46,6 +47,10 @@ class KVRunner:
                 left-padded with placeholders); default all True. Live columns of a row get
                 consecutive positions after the row's current length.
             logits_to_keep: if > 0, only the last ``logits_to_keep`` columns' logits.
+            return_hidden: also return the final hidden states ``[B, T, H]`` (what the output
+                head reads), as ``(logits, hidden)``. Models may define ``forward_hidden``
+                (see :mod:`verispec.eagle`); HF models run ``base_model`` then the head.
+            model_kwargs: extra inputs for the model (an EAGLE head's ``features``).
         """
         B, T = tokens.shape
         if live is None:
@@ -55,11 +60,20 @@ class KVRunner:
         new_pos = torch.where(live, positions, -1)
         col_pos = torch.cat([self.col_pos, new_pos], dim=1)  # [B, L+T]
         mask = None if bool((col_pos >= 0).all()) else self._mask(col_pos, T)
-        out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, cache=self.cache,
-                         use_cache=True, logits_to_keep=logits_to_keep)
+        kw = dict(attention_mask=mask, position_ids=positions, cache=self.cache, use_cache=True, **model_kwargs)
+        forward_hidden = getattr(self.model, "forward_hidden", None)
+        if forward_hidden is not None:
+            logits, hidden = forward_hidden(tokens, logits_to_keep=logits_to_keep, **kw)
+            result: torch.Tensor | tuple[torch.Tensor, torch.Tensor] = (logits, hidden) if return_hidden else logits
+        elif return_hidden:
+            hidden = self.model.base_model(input_ids=tokens, **kw).last_hidden_state  # [B, T, H]
+            keep = hidden if logits_to_keep == 0 else hidden[:, -logits_to_keep:]
+            result = (self.model.get_output_embeddings()(keep), hidden)
+        else:
+            result = self.model(input_ids=tokens, logits_to_keep=logits_to_keep, **kw).logits
         self.col_pos = col_pos
         self.lengths = self.lengths + live.sum(1)
-        return out.logits
+        return result
 
     def _mask(self, col_pos: torch.Tensor, T: int) -> torch.Tensor:
         """Additive 4D mask ``[B, 1, T, L+T]``: real, causal (by column) columns of the row, plus self."""

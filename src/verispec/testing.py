@@ -135,3 +135,24 @@ def save_tiny_llama(path: str | os.PathLike, **kw: object) -> Path:
     lm.model.save_pretrained(path)
     lm.tokenizer.save_pretrained(path)
     return path
+
+
+def tiny_eagle(target: CausalLM, seed: int = 0, vocab_map: torch.Tensor | None = None,
+               scale: float = 0.3):
+    """A random EAGLE head (:mod:`verispec.eagle`) for ``target``, as loaded files.
+
+    Initialised near "repeat the previous feature" and then perturbed by ``scale``-sized noise
+    from ``seed``, so its drafts are neither always right nor always wrong. ``vocab_map``
+    (sorted target ids) gives it a reduced output vocabulary.
+    """
+    from verispec.eagle import EagleFiles, EagleHead, eagle_config
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = EagleHead(eagle_config(target.model.config))
+        head.init_from_target(target.model)
+        with torch.no_grad():
+            for p in (p for p in head.parameters() if p.requires_grad):  # not the unused embedding stub
+                p.add_(scale * torch.randn_like(p) * p.detach().float().std().clamp_min(0.02))
+    head.to(target.model.dtype).eval().requires_grad_(False)
+    return EagleFiles(head, vocab_map, {"format": "tiny"})

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..drafters import DEFAULT_DRAFT_MODEL
 from ..sampling import SamplingParams
 from .workloads import BUILTIN_WORKLOADS, BenchPrompt, load_prompt_file, load_workload
 
 __all__ = ["add_bench_arguments", "run_bench", "QUICK", "DEFAULTS"]
 
 DEFAULT_TARGET = "smollm2-135m"
-DEFAULT_DRAFT_MODEL = "smollm2-135m-draft"
 DEFAULTS = {"workload": "all", "k": "1,2,4,6,8,auto", "max_new_tokens": 128, "repeats": 1, "limit": None}
 # --quick: 3 code prompts x 64 tokens, K in {4, auto}: ~1 minute for the default pair on 2 cores.
 QUICK = {"workload": "code", "k": "4,auto", "max_new_tokens": 64, "repeats": 1, "limit": 3}
@@ -28,9 +28,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("models")
     g.add_argument("--target", default=DEFAULT_TARGET, help=f"target model name or path (default {DEFAULT_TARGET})")
     g.add_argument("--draft", action="append", metavar="DRAFT",
-                   help="drafter, repeatable: a model name/path, 'ngram' (prompt lookup), 'hybrid' (prompt lookup, "
-                        f"then {DEFAULT_DRAFT_MODEL}) or 'none' (target-only only). Default: hybrid if "
-                        f"{DEFAULT_DRAFT_MODEL} is installed, else ngram")
+                   help="drafter, repeatable: a draft model name/path, an EAGLE head ('eagle' = the built-in "
+                        "one, or a directory), 'ngram' (prompt lookup), 'hybrid' (prompt lookup, then "
+                        f"{DEFAULT_DRAFT_MODEL}), 'NAME+ngram' (prompt lookup, then NAME) or 'none' (target-only "
+                        "only). Default: prompt lookup then the built-in EAGLE head (else the built-in draft "
+                        "model, else ngram)")
     g = parser.add_argument_group("workload")
     g.add_argument("--workload", help="built-in prompt set(s), comma-separated: "
                    + ", ".join(BUILTIN_WORKLOADS) + " or all (default all; --quick: code)")
@@ -113,43 +115,48 @@ def _load_prompts(args: argparse.Namespace, opt: dict) -> tuple[list[BenchPrompt
 
 
 def _load_drafters(specs: list[str] | None, target, target_name: str, console: Console, notes: list[str]):
-    from ..drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
+    from ..drafters import (DEFAULT_CHAIN, EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter,
+                            load_drafter)
     from ..models import ModelLoadError, load_causal_lm
     from .runner import DrafterSpec
 
-    models: dict[str, object] = {}
-    if specs is None:  # the best built-in: hybrid over the distilled draft if it loads, else prompt lookup
+    if specs is None:  # the best built-in: prompt lookup then the first built-in model that loads
         specs = ["ngram"]
         if target_name == DEFAULT_TARGET:
-            try:
-                with console.status(f"loading draft {DEFAULT_DRAFT_MODEL} ..."):
-                    models[DEFAULT_DRAFT_MODEL] = load_causal_lm(DEFAULT_DRAFT_MODEL)
-                specs = ["hybrid"]
-            except ModelLoadError as e:
-                notes.append(f"default drafter: ngram ({DEFAULT_DRAFT_MODEL} unavailable: {e})")
+            for name in DEFAULT_CHAIN:
+                try:
+                    with console.status(f"loading draft {name} ..."):
+                        load_drafter(name)
+                    specs = [f"{name}+ngram"]
+                    break
+                except ModelLoadError as e:
+                    notes.append(f"default drafter: {name} unavailable: {e}")
     out: list[DrafterSpec] = []
 
-    def model(name: str):
-        if name not in models:
-            with console.status(f"loading draft {name} ..."):
-                models[name] = load_causal_lm(name)
-        return models[name]
+    def spec_for(name: str) -> DrafterSpec:
+        with console.status(f"loading draft {name} ..."):
+            drafter = load_drafter(name)
+        label = Path(name).name if os.sep in name or "/" in name else name
+        if isinstance(drafter, EagleDrafter):
+            return DrafterSpec(label, drafter, "eagle")
+        assert isinstance(drafter, ModelDrafter)
+        d = DrafterSpec(label, drafter, "model", drafter.lm)
+        if drafter.lm.vocab_map is not None:  # HF needs the full head; a distilled draft ships one
+            full = load_causal_lm(name, slice_vocab_map=False)
+            d.hf_lm = full if full.vocab_map is None else None
+        return d
 
     for spec in specs:
         if spec == "none":
             continue
         if spec == "ngram":
             d = DrafterSpec("ngram", PromptLookupDrafter(), "ngram")
-        elif spec == "hybrid":
-            lm = model(DEFAULT_DRAFT_MODEL)
-            d = DrafterSpec(f"hybrid({DEFAULT_DRAFT_MODEL})", HybridDrafter(ModelDrafter(lm)), "hybrid", lm)
+        elif spec == "hybrid" or spec.endswith("+ngram"):
+            inner = spec_for(DEFAULT_DRAFT_MODEL if spec == "hybrid" else spec[: -len("+ngram")])
+            d = DrafterSpec(f"hybrid({inner.label})", HybridDrafter(inner.drafter), "hybrid", inner.draft_lm)
         else:
-            lm = model(spec)
-            d = DrafterSpec(Path(spec).name if os.sep in spec or "/" in spec else spec, ModelDrafter(lm), "model", lm)
-            if lm.vocab_map is not None:  # HF needs the full head; a distilled draft ships one
-                full = load_causal_lm(spec, slice_vocab_map=False)
-                d.hf_lm = full if full.vocab_map is None else None
-        d.drafter.bind(target)  # tokenizer mismatch: a clear error before anything runs
+            d = spec_for(spec)
+        d.drafter.bind(target)  # tokenizer / feature mismatch: a clear error before anything runs
         if any(o.label == d.label for o in out):
             continue
         out.append(d)

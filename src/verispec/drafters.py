@@ -455,23 +455,13 @@ def make_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> Drafter | 
     """Build a drafter from a command-line style spec.
 
     ``"none"`` (target-only), ``"ngram"`` (prompt lookup), ``"eagle"`` (the built-in EAGLE head),
-    ``"hybrid"`` (prompt lookup, then the built-in draft model), ``"default"`` (the best
-    built-in drafter available: prompt lookup then the EAGLE head, else prompt lookup then the
-    draft model, else prompt lookup alone), or a model name / path (see :func:`load_drafter`;
-    ``"NAME+ngram"`` for that model behind prompt lookup).
+    ``"hybrid"`` (prompt lookup, then the built-in draft model), ``"default"`` (prompt lookup:
+    the fastest built-in drafter in every benchmark so far, see BENCHMARKS.md), or a model
+    name / path (see :func:`load_drafter`; ``"NAME+ngram"`` for that model behind prompt lookup).
     """
-    from .models import ModelLoadError
-
     if spec == "none":
         return None
-    if spec == "ngram":
-        return PromptLookupDrafter()
-    if spec == "default":
-        for name in DEFAULT_CHAIN:
-            try:
-                return HybridDrafter(load_drafter(name, dtype=dtype))
-            except ModelLoadError:
-                continue
+    if spec in ("ngram", "default"):
         return PromptLookupDrafter()
     if spec == "hybrid":
         spec = DEFAULT_DRAFT_MODEL + "+ngram"
@@ -480,4 +470,4 @@ def make_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> Drafter | 
     return load_drafter(spec, dtype=dtype)
 
 
-DEFAULT_CHAIN = (EAGLE_DRAFT, DEFAULT_DRAFT_MODEL)  # "default": the first that loads, behind prompt lookup
+BUILTIN_DRAFT_MODELS = (DEFAULT_DRAFT_MODEL, EAGLE_DRAFT)  # the distilled drafters shipped with verispec

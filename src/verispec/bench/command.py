@@ -31,8 +31,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                    help="drafter, repeatable: a draft model name/path, an EAGLE head ('eagle' = the built-in "
                         "one, or a directory), 'ngram' (prompt lookup), 'hybrid' (prompt lookup, then "
                         f"{DEFAULT_DRAFT_MODEL}), 'NAME+ngram' (prompt lookup, then NAME) or 'none' (target-only "
-                        "only). Default: prompt lookup then the built-in EAGLE head (else the built-in draft "
-                        "model, else ngram)")
+                        "only). Default: ngram, plus each shipped draft model behind it (default target only)")
     g = parser.add_argument_group("workload")
     g.add_argument("--workload", help="built-in prompt set(s), comma-separated: "
                    + ", ".join(BUILTIN_WORKLOADS) + " or all (default all; --quick: code)")
@@ -115,22 +114,21 @@ def _load_prompts(args: argparse.Namespace, opt: dict) -> tuple[list[BenchPrompt
 
 
 def _load_drafters(specs: list[str] | None, target, target_name: str, console: Console, notes: list[str]):
-    from ..drafters import (DEFAULT_CHAIN, EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter,
+    from ..drafters import (BUILTIN_DRAFT_MODELS, EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter,
                             load_drafter)
     from ..models import ModelLoadError, load_causal_lm
     from .runner import DrafterSpec
 
-    if specs is None:  # the best built-in: prompt lookup then the first built-in model that loads
+    if specs is None:  # prompt lookup (the default drafter), and each shipped draft model behind it
         specs = ["ngram"]
         if target_name == DEFAULT_TARGET:
-            for name in DEFAULT_CHAIN:
+            for name in BUILTIN_DRAFT_MODELS:
                 try:
                     with console.status(f"loading draft {name} ..."):
                         load_drafter(name)
-                    specs = [f"{name}+ngram"]
-                    break
+                    specs.append(f"{name}+ngram")
                 except ModelLoadError as e:
-                    notes.append(f"default drafter: {name} unavailable: {e}")
+                    notes.append(f"default drafters: {name} unavailable: {e}")
     out: list[DrafterSpec] = []
 
     def spec_for(name: str) -> DrafterSpec:

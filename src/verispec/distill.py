@@ -915,7 +915,8 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
         n_vocab = vocab_size if 0 < vocab_size < V else V
         eos = [tgt.tokenizer.eos_token_id] if tgt.tokenizer.eos_token_id is not None else []
         vmap_file = outp / "checkpoints" / "vocab_map.safetensors"  # fixed once training starts
-        if vmap_file.is_file() and (outp / "checkpoints" / "last.safetensors").is_file():
+        started = any((outp / "checkpoints" / n).is_file() for n in ("last.safetensors", "eagle-last.safetensors"))
+        if vmap_file.is_file() and started:
             vmap = load_file(vmap_file)["vocab_map"].long()
         else:
             vmap = (choose_vocab_map(train, n_vocab, eos, sequence_weights(cfg, train)) if n_vocab < V

@@ -27,7 +27,7 @@ from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
-           "to_target_vocab", "make_drafter", "load_drafter", "is_eagle_spec"]
+           "to_target_vocab", "make_drafter", "load_drafter"]
 
 
 @dataclass
@@ -372,6 +372,8 @@ class EagleDrafter:
 
         # Feed the pending real pairs (ragged: left-pad with placeholders).
         width = max(len(p) for p in self.pending_tok)
+        if width == 0:
+            raise RuntimeError("EAGLE head has no pending pair to draft from")
         feed = torch.zeros(B, width, dtype=torch.int64)
         feats = torch.zeros(B, width, H, dtype=self.model.dtype)
         live = torch.zeros(B, width, dtype=torch.bool)
@@ -381,8 +383,6 @@ class EagleDrafter:
                 feed[b, width - n:] = torch.tensor(self.pending_tok[b])
                 feats[b, width - n:] = torch.cat(self.pending_feat[b])[-n:]
                 live[b, width - n:] = True
-        if width == 0:
-            raise RuntimeError("EAGLE head has no pending pair to draft from")
         logits, f_hat = self.runner.forward(feed.to(device), live.to(device), logits_to_keep=1,
                                             return_hidden=True, features=feats.to(device))
         self.pending_tok = [[] for _ in range(B)]
@@ -423,11 +423,6 @@ class EagleDrafter:
 DEFAULT_DRAFT_MODEL = "smollm2-135m-draft"
 EAGLE_DRAFT = "smollm2-135m-eagle"
 EAGLE_BUILTINS = {EAGLE_DRAFT: Path(__file__).parent / "data" / EAGLE_DRAFT}
-
-
-def is_eagle_spec(spec: str) -> bool:
-    """Whether ``spec`` names an EAGLE head: a built-in one or a directory with ``eagle_config.json``."""
-    return spec in EAGLE_BUILTINS or spec == "eagle" or is_eagle_dir(spec)
 
 
 def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDrafter | EagleDrafter:

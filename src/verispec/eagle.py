@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 
-from .models import CausalLM, ModelLoadError
+from .models import CausalLM, ModelLoadError, fast_small_linears
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "is_eagle_dir"]
@@ -242,4 +242,5 @@ def bind_eagle(files: EagleFiles, target: CausalLM) -> EagleDraftModel:
             raise ValueError(f"EAGLE vocab_map has ids outside the target's head [0, {V})")
         out = out[files.vocab_map]
     head = files.head.to(out.dtype)
+    fast_small_linears(head)  # its first step of a proposal feeds several pairs at once
     return EagleDraftModel(head, model.get_input_embeddings(), out.contiguous())

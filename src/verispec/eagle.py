@@ -37,8 +37,8 @@ from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 
 from .models import CausalLM, ModelLoadError, fast_small_linears
 
-__all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "eagle_config", "target_features",
-           "features_match_logits", "save_eagle_head", "load_eagle_head", "is_eagle_dir"]
+__all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
+           "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
 
 EAGLE_FORMAT = "verispec-eagle-v1"
 CONFIG_NAME = "eagle_config.json"
@@ -169,6 +169,8 @@ def features_match_logits(model: PreTrainedModel) -> bool:
 
 @dataclass
 class EagleFiles:
+    """A loaded head directory: the head (no target bound yet), its vocab map and its config metadata."""
+
     head: EagleHead
     vocab_map: torch.Tensor | None
     meta: dict

@@ -211,9 +211,10 @@ def fast_small_linears(model: nn.Module, max_rows: int = 16, pack_rows: int = 8)
     """Give each ``nn.Linear`` except the output head a oneDNN-packed copy of its weight, used
     for inputs of 2..``max_rows`` rows (in place; returns how many layers were changed).
 
-    Why: on a CPU a decode step is bound by reading the weights. MKL's GEMM for a few rows
-    (a K+1-token verify pass) re-packs the weight on every call and costs ~1.5x a one-row
-    step on SmolLM2-135M; the pre-packed oneDNN kernel costs ~1.1-1.2x (BENCHMARKS.md).
+    Why: on a CPU a decode step is bound by reading the weights, so a K+1-token verify pass
+    should cost about one token's step. With ``F.linear`` (MKL GEMM, nothing reused between
+    calls) it cost ~1.5x a one-row step on SmolLM2-135M; with the weight packed once for
+    oneDNN, ~1.1-1.2x (measured, BENCHMARKS.md).
     One row keeps ``F.linear`` (already optimal), so target-only decoding is unchanged.
     Only float32 CPU weights, and only where this torch build has the oneDNN ops; results
     equal ``F.linear`` to float32 rounding (max abs difference ~1e-4 on layer outputs).

@@ -49,7 +49,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+
+from .training import atomic_save, cosine_lr, load_training_state, save_training_state
 
 __all__ = ["DistillConfig", "add_distill_arguments", "distill", "run_from_args", "stdlib_files"]
 
@@ -154,19 +156,12 @@ def _token_stream(tok, texts: Sequence[str], cache: Path | None) -> torch.Tensor
             ids.append(eos)
     stream = torch.tensor(ids, dtype=torch.int32)
     if cache is not None:
-        _atomic_save({"ids": stream}, cache)
+        atomic_save({"ids": stream}, cache)
     return stream.long()
 
 
 # ----------------------------------------------------------------------------------------------
 # atomic files
-
-
-def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
-    os.replace(tmp, path)
 
 
 def _atomic_json(obj: object, path: Path) -> None:
@@ -370,7 +365,7 @@ def make_labels(cfg: DistillConfig, out: Path, target, train_stream: torch.Tenso
                                                    temperature=1.0 if sampled else 0.0,
                                                    seed=_mix(cfg.seed, index, b), eos_id=eos))
                 shard = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-            _atomic_save(shard, shard_path(out, split, kind, index))
+            atomic_save(shard, shard_path(out, split, kind, index))
             tokens += int(shard["weight"].sum())
             done += 1
             bar.update(task, advance=1, description=f"labelling (target) {tokens / (time.perf_counter() - t0):.0f} tok/s")
@@ -657,41 +652,13 @@ def evaluate(student, labels: LabelSet, vocab_map: torch.Tensor, inverse: torch.
 
 
 def _save_checkpoint(path: Path, student, opt: torch.optim.Optimizer, step: int, extra: dict) -> None:
-    """Model + AdamW state as safetensors (no pickle), written atomically; metadata in the header."""
-    tensors = {f"model.{k}": v.detach().clone() for k, v in student.state_dict().items()
-               if k != "lm_head.weight"}  # tied to the embedding
-    names = {id(p): n for n, p in student.named_parameters()}
-    for group in opt.param_groups:
-        for p in group["params"]:
-            st = opt.state.get(p)
-            if st:
-                for k in ("exp_avg", "exp_avg_sq"):
-                    tensors[f"opt.{names[id(p)]}.{k}"] = st[k]
-                tensors[f"opt.{names[id(p)]}.step"] = torch.as_tensor(st["step"], dtype=torch.float32).reshape(1)
-    _atomic_save(tensors, path, metadata={"step": str(step), "extra": json.dumps(extra)})
+    save_training_state(path, student, opt, step, extra, skip={"lm_head.weight"})  # tied to the embedding
 
 
 def _load_checkpoint(path: Path, student, opt: torch.optim.Optimizer) -> tuple[int, dict]:
-    from safetensors import safe_open
-
-    with safe_open(path, "pt") as f:
-        meta = f.metadata()
-    tensors = load_file(path)
-    state = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
-    student.load_state_dict(state, strict=False)
+    step, extra = load_training_state(path, student, opt, strict=False)
     student.tie_weights()
-    for n, p in student.named_parameters():
-        if f"opt.{n}.exp_avg" in tensors:
-            opt.state[p] = {"step": tensors[f"opt.{n}.step"].reshape(()).clone(),
-                            "exp_avg": tensors[f"opt.{n}.exp_avg"], "exp_avg_sq": tensors[f"opt.{n}.exp_avg_sq"]}
-    return int(meta["step"]), json.loads(meta.get("extra", "{}"))
-
-
-def _lr_at(step: int, total: int, peak: float, warmup: int = 50) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    frac = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+    return step, extra
 
 
 def train_student(cfg: DistillConfig, out: Path, target, train: LabelSet, held: LabelSet, vocab_map: torch.Tensor,
@@ -727,7 +694,7 @@ def train_student(cfg: DistillConfig, out: Path, target, train: LabelSet, held: 
             idx = draw()
             batch = train.subset(idx)
             for group in opt.param_groups:
-                group["lr"] = _lr_at(step, cfg.steps, cfg.lr)
+                group["lr"] = cosine_lr(step, cfg.steps, cfg.lr)
             # The head (N x H per position) dominates the cost: score a random subset of positions.
             h = student.model(input_ids=batch.input_ids).last_hidden_state  # [B, L, H]
             sel = batch.weight > 0
@@ -773,7 +740,7 @@ def export_student(student, target, vocab_map: torch.Tensor | None, path: Path, 
     if tj.is_file():  # compact JSON: the pretty-printed 49k vocabulary is 3.5 MB
         tj.write_text(json.dumps(json.loads(tj.read_text()), separators=(",", ":"), ensure_ascii=False))
     if vocab_map is not None:
-        _atomic_save({"vocab_map": vocab_map.to(torch.int64)}, path / "vocab_map.safetensors")
+        atomic_save({"vocab_map": vocab_map.to(torch.int64)}, path / "vocab_map.safetensors")
     if card is not None:
         _atomic_json(card, path / "distill-summary.json")
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())  # labels/, checkpoints/ excluded
@@ -921,7 +888,7 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
         else:
             vmap = (choose_vocab_map(train, n_vocab, eos, sequence_weights(cfg, train)) if n_vocab < V
                     else torch.arange(V))
-            _atomic_save({"vocab_map": vmap}, vmap_file)
+            atomic_save({"vocab_map": vmap}, vmap_file)
         summary["data"] = {"train_seqs": len(train), "train_tokens": int(train.weight.sum()),
                            "train_generated_tokens": int((train.weight * train.generated).sum()),
                            "heldout_tokens": int(held.weight.sum()), "vocab_map_size": len(vmap),

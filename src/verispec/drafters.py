@@ -22,12 +22,12 @@ import torch
 from .eagle import EagleDraftModel, EagleFiles, bind_eagle, features_match_logits, is_eagle_dir, load_eagle_head
 from .models import CausalLM
 from .rng import STREAM_DRAFT, sample
-from .runner import KVRunner
+from .runner import KVRunner, left_pad
 from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
-           "to_target_vocab", "make_drafter", "load_drafter"]
+           "to_target_vocab", "draw_draft", "make_drafter", "load_drafter"]
 
 
 @dataclass
@@ -93,6 +93,14 @@ class Drafter(Protocol):
         ``update(emitted, features=...)``: per row, the target's final hidden states
         ``[len(emitted[b]), H]`` at the positions just before each emitted token.
         """
+
+
+def draw_draft(q: torch.Tensor, ctx: DraftContext, positions: torch.Tensor) -> torch.Tensor:
+    """The draft token of each row from ``q [B, V]`` at absolute ``positions [B]``: inverse CDF on
+    the draft stream ("exact"), or argmax(log q + G) with the verifier's shared noise ("gumbel")."""
+    if ctx.method == "gumbel":
+        return gumbel_argmax(torch.log(q)[:, None], ctx.seeds, positions)[:, 0]
+    return sample(q, ctx.seeds, positions, STREAM_DRAFT)
 
 
 def to_target_vocab(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int, dtype: torch.dtype) -> torch.Tensor:
@@ -167,21 +175,12 @@ class ModelDrafter:
         pending = [ctx[c:] for ctx, c in zip(self.contexts, cached)]
         if not all(pending):
             raise RuntimeError("draft cache holds a row's whole context; the newest token must stay pending")
-        width = max(len(p) for p in pending)
-        feed = torch.zeros(B, width, dtype=torch.int64)
-        live = torch.zeros(B, width, dtype=torch.bool)
-        for b, p in enumerate(pending):  # builds the ragged batch (tiny: 1-2 tokens per row)
-            if p:
-                feed[b, width - len(p):] = torch.tensor(p)
-                live[b, width - len(p):] = True
+        feed, live = left_pad(pending)
         positions = torch.tensor([len(c) for c in self.contexts], dtype=torch.int64)  # slot 0
         logits = self.runner.forward(feed.to(device), live.to(device), logits_to_keep=1)[:, -1]
         for i in range(K):
             q = logits_to_probs(self._logits_to_target_vocab(logits), self.ctx.sampling)  # [B, V]
-            if self.ctx.method == "gumbel":
-                d = gumbel_argmax(torch.log(q)[:, None], self.ctx.seeds, positions + i)[:, 0]
-            else:
-                d = sample(q, self.ctx.seeds, positions + i, STREAM_DRAFT)
+            d = draw_draft(q, self.ctx, positions + i)
             tokens[:, i] = d
             probs[:, i] = q
             if i + 1 < K:
@@ -371,18 +370,11 @@ class EagleDrafter:
         H = self.model.config.hidden_size
 
         # Feed the pending real pairs (ragged: left-pad with placeholders).
-        width = max(len(p) for p in self.pending_tok)
-        if width == 0:
+        feed, live = left_pad(self.pending_tok)
+        if feed.shape[1] == 0:
             raise RuntimeError("EAGLE head has no pending pair to draft from")
-        feed = torch.zeros(B, width, dtype=torch.int64)
-        feats = torch.zeros(B, width, H, dtype=self.model.dtype)
-        live = torch.zeros(B, width, dtype=torch.bool)
-        for b in range(B):  # ragged batch assembly (a few pairs per row)
-            n = len(self.pending_tok[b])
-            if n:
-                feed[b, width - n:] = torch.tensor(self.pending_tok[b])
-                feats[b, width - n:] = torch.cat(self.pending_feat[b])[-n:]
-                live[b, width - n:] = True
+        feats = torch.zeros(*feed.shape, H, dtype=self.model.dtype)
+        feats[live] = torch.cat([f for row in self.pending_feat for f in row])  # row-major, as live
         logits, f_hat = self.runner.forward(feed.to(device), live.to(device), logits_to_keep=1,
                                             return_hidden=True, features=feats.to(device))
         self.pending_tok = [[] for _ in range(B)]
@@ -393,10 +385,7 @@ class EagleDrafter:
         for i in range(K):
             q = logits_to_probs(to_target_vocab(logits[:, -1], self.vocab_map, V, self.ctx.dtype),
                                 self.ctx.sampling)  # [B, V]
-            if self.ctx.method == "gumbel":
-                d = gumbel_argmax(torch.log(q)[:, None], self.ctx.seeds, positions + i)[:, 0]
-            else:
-                d = sample(q, self.ctx.seeds, positions + i, STREAM_DRAFT)
+            d = draw_draft(q, self.ctx, positions + i)
             tokens[:, i] = d
             probs[:, i] = q
             if i + 1 < K:  # the pair (f^, d): the head's own feature beside its own draft

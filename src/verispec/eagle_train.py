@@ -17,8 +17,6 @@ feature to the real one.
 from __future__ import annotations
 
 import json
-import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +25,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import DynamicCache
 
 from .eagle import EagleHead, eagle_config, target_features
+from .training import atomic_save, cosine_lr, load_training_state, save_training_state
 
 __all__ = ["FeatureSet", "feature_path", "make_features", "train_eagle", "evaluate_eagle", "ttt_mask"]
 
@@ -38,13 +37,6 @@ __all__ = ["FeatureSet", "feature_path", "make_features", "train_eagle", "evalua
 def feature_path(label_path: Path) -> Path:
     """Where the features of label shard ``labels/X.safetensors`` live: ``features/X.safetensors``."""
     return label_path.parent.parent / "features" / label_path.name
-
-
-def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
 
 
 @torch.inference_mode()
@@ -64,7 +56,7 @@ def make_features(model, label_paths: Sequence[Path], *, batch: int = 4, progres
                 generated = f.get_tensor("generated")
             feats = [target_features(model, ids[i:i + batch].long()).to(torch.float16)
                      for i in range(0, len(ids), batch)]
-            _atomic_save({"input_ids": ids, "features": torch.cat(feats), "weight": weight,
+            atomic_save({"input_ids": ids, "features": torch.cat(feats), "weight": weight,
                           "generated": generated}, fp)
         if progress is not None:
             progress.update(task, advance=1)
@@ -140,13 +132,6 @@ def unrolled_predictions(head: EagleHead, embed, feats: torch.Tensor, ids: torch
     return outs
 
 
-def _lr_at(step: int, total: int, peak: float, warmup: int = 50) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    frac = (step - warmup) / max(1, total - warmup)
-    return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
-
 @torch.no_grad()
 def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: torch.Tensor, held: FeatureSet,
                    depth: int, batch: int = 4) -> dict:
@@ -205,7 +190,7 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
     ckpt = out / "checkpoints" / "eagle-last.safetensors"
     step, history = 0, []
     if ckpt.is_file():
-        step, history = _load(ckpt, head, opt)
+        step, history = load_training_state(ckpt, head, opt)
         log(f"resumed from {ckpt} at step {step}")
     g = torch.Generator().manual_seed(seed * 1_000_003 + 17)
     weights = torch.ones(len(train), dtype=torch.float64) if sample_weight is None else sample_weight.double()
@@ -226,7 +211,7 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
         if seq_len is not None and seq_len < f.shape[1]:
             f, ids, w = f[:, :seq_len], ids[:, :seq_len], w[:, :seq_len]
         for group in opt.param_groups:
-            group["lr"] = _lr_at(step, steps, lr)
+            group["lr"] = cosine_lr(step, steps, lr, floor=0.05)
         noise_gen = torch.Generator().manual_seed(seed * 1_000_003 + 7_919 * step + 1)  # per step: resumable
         outs = unrolled_predictions(head, embed, f, ids, depth, noise, noise_gen)
         with torch.no_grad():
@@ -257,31 +242,5 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
             history.append(last)
             log(json.dumps(last))
         if step % ckpt_every == 0 or step == steps:
-            _save(ckpt, head, opt, step, history)
+            save_training_state(ckpt, head, opt, step, history)
     return head, {"eval": last, "history": history}
-
-
-def _save(path: Path, head: EagleHead, opt: torch.optim.Optimizer, step: int, history: list) -> None:
-    """Head + AdamW state as safetensors (no pickle), atomically; metadata in the header."""
-    tensors = {f"model.{k}": v.detach().clone() for k, v in head.state_dict().items()}
-    names = {id(p): n for n, p in head.named_parameters()}
-    for group in opt.param_groups:
-        for p in group["params"]:
-            st = opt.state.get(p)
-            if st:
-                for k in ("exp_avg", "exp_avg_sq"):
-                    tensors[f"opt.{names[id(p)]}.{k}"] = st[k]
-                tensors[f"opt.{names[id(p)]}.step"] = torch.as_tensor(st["step"], dtype=torch.float32).reshape(1)
-    _atomic_save(tensors, path, metadata={"step": str(step), "history": json.dumps(history)})
-
-
-def _load(path: Path, head: EagleHead, opt: torch.optim.Optimizer) -> tuple[int, list]:
-    with safe_open(str(path), "pt") as f:
-        meta = f.metadata()
-    tensors = load_file(str(path))
-    head.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    for n, p in head.named_parameters():
-        if f"opt.{n}.exp_avg" in tensors:
-            opt.state[p] = {"step": tensors[f"opt.{n}.step"].reshape(()).clone(),
-                            "exp_avg": tensors[f"opt.{n}.exp_avg"], "exp_avg_sq": tensors[f"opt.{n}.exp_avg_sq"]}
-    return int(meta["step"]), json.loads(meta.get("history", "[]"))

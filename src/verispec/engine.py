@@ -35,7 +35,7 @@ import torch
 from .drafters import DraftContext, Drafter
 from .models import CausalLM, load_causal_lm
 from .rng import random_seeds
-from .runner import KVRunner
+from .runner import KVRunner, left_pad
 from .sampling import SamplingParams, logits_to_probs
 from .verify import METHODS, verify
 
@@ -259,14 +259,8 @@ class SpeculativeDecoder:
         # An EAGLE-style drafter reads the target's final hidden states (its "features").
         wants_features = bool(getattr(drafter, "uses_target_features", False))
         features: list[torch.Tensor] | None = None
-        width = max(len(p) for p in prompts)
-        if width > 1:
-            feed = torch.zeros(B, width - 1, dtype=torch.int64)
-            live = torch.zeros(B, width - 1, dtype=torch.bool)
-            for b, p in enumerate(prompts):
-                if len(p) > 1:
-                    feed[b, width - len(p):] = torch.tensor(p[:-1])
-                    live[b, width - len(p):] = True
+        if max(len(p) for p in prompts) > 1:
+            feed, live = left_pad([p[:-1] for p in prompts])
             out = target.forward(feed.to(device), live.to(device), logits_to_keep=1, return_hidden=wants_features)
             if wants_features:
                 hidden = out[1].cpu()  # [B, width-1, H], rows left-padded

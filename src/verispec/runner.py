@@ -18,7 +18,20 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-__all__ = ["KVRunner"]
+__all__ = ["KVRunner", "left_pad"]
+
+
+def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged token rows -> ``feed [B, W]`` int64 (left-padded with 0) and ``live [B, W]`` bool,
+    W = the longest row: the input :meth:`KVRunner.forward` takes."""
+    width = max((len(r) for r in rows), default=0)
+    feed = torch.zeros(len(rows), width, dtype=torch.int64)
+    live = torch.zeros(len(rows), width, dtype=torch.bool)
+    for b, r in enumerate(rows):  # a few tokens per row (a whole prompt at prefill)
+        if r:
+            feed[b, width - len(r):] = torch.tensor(r)
+            live[b, width - len(r):] = True
+    return feed, live
 
 
 class KVRunner:

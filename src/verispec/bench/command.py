@@ -119,21 +119,27 @@ def _load_drafters(specs: list[str] | None, target, target_name: str, console: C
     from ..models import ModelLoadError, load_causal_lm
     from .runner import DrafterSpec
 
+    loaded: dict[str, ModelDrafter | EagleDrafter] = {}
+
+    def load(name: str) -> ModelDrafter | EagleDrafter:
+        if name not in loaded:
+            with console.status(f"loading draft {name} ..."):
+                loaded[name] = load_drafter(name)
+        return loaded[name]
+
     if specs is None:  # prompt lookup (the default drafter), and each shipped draft model behind it
         specs = ["ngram"]
         if target_name == DEFAULT_TARGET:
             for name in BUILTIN_DRAFT_MODELS:
                 try:
-                    with console.status(f"loading draft {name} ..."):
-                        load_drafter(name)
+                    load(name)
                     specs.append(f"{name}+ngram")
                 except ModelLoadError as e:
                     notes.append(f"default drafters: {name} unavailable: {e}")
     out: list[DrafterSpec] = []
 
     def spec_for(name: str) -> DrafterSpec:
-        with console.status(f"loading draft {name} ..."):
-            drafter = load_drafter(name)
+        drafter = load(name)
         label = Path(name).name if os.sep in name or "/" in name else name
         if isinstance(drafter, EagleDrafter):
             return DrafterSpec(label, drafter, "eagle")

@@ -126,7 +126,7 @@ def _g_test(samples, law, min_expected=5.0):
 # engine fails this test with probability < 1e-3 over the whole parametrisation (and never on
 # rerun, as the seeds are fixed).
 @pytest.mark.parametrize("kind", ["none", "model", "ngram", "hybrid", "eagle", "eagle-vmap", "gumbel-model",
-                                  "gumbel-eagle-vmap"])
+                                  "gumbel-eagle-vmap", "ngram-auto", "hybrid-auto"])
 def test_sampling_distribution_of_first_two_tokens(kind):
     target = tiny_llama(vocab_size=16, seed=5, dtype=torch.float64, initializer_range=0.4)
     draft = tiny_llama(vocab_size=16, seed=6, layers=1, dtype=torch.float64, initializer_range=0.4)
@@ -134,9 +134,11 @@ def test_sampling_distribution_of_first_two_tokens(kind):
     prompt = target.tokenizer("abcab")["input_ids"]
     law = _first_two_law(target, prompt, sp)
     method = "gumbel" if kind.startswith("gumbel") else "exact"
-    drafter = None if kind == "none" else drafters(draft, target)[kind.replace("gumbel-", "")]
+    name = kind.replace("gumbel-", "").replace("-auto", "")
+    drafter = None if kind == "none" else drafters(draft, target)[name]
     n = 6000
-    dec = SpeculativeDecoder(target, drafter, k=2, method=method)
+    # "-auto": lookup drafts are cut per row by their acceptance estimates (engine._KState.cut)
+    dec = SpeculativeDecoder(target, drafter, k="auto" if kind.endswith("-auto") else 2, method=method)
     res = dec.generate([prompt] * n, 2, sp, seeds=list(range(10_000, 10_000 + n)))
     samples = [tuple(t) for t in res.token_ids]
     assert _g_test(samples, law) > 1e-4

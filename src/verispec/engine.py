@@ -276,6 +276,7 @@ class SpeculativeDecoder:
         finish: list[str | None] = [None] * B
         texts = [""] * B
         policy = _KState(self.k, self.max_k, B) if drafter is not None else None
+        scores = self.k == "auto" and bool(getattr(drafter, "scores_drafts", False))
         prompt_len = torch.tensor([len(p) for p in prompts], dtype=torch.int64)
 
         while any(f is None for f in finish):
@@ -284,11 +285,17 @@ class SpeculativeDecoder:
             # Draft: at most remaining-1 tokens, so that drafts + the bonus never overshoot.
             if drafter is not None:
                 k_rows = torch.minimum(policy.k_rows(), remaining - 1).clamp_min(0) * active
+                # Drafters that score their tokens (prompt lookup) may propose up to max_k under
+                # "auto"; each row's draft is then cut where it stops paying (policy.cut).
+                k_cap = torch.minimum(torch.full_like(k_rows, self.max_k), remaining - 1).clamp_min(0) * active
                 t0 = time.perf_counter()
-                draft = drafter.propose(k_rows)
+                draft = drafter.propose(k_rows, k_lookup=k_cap) if scores else drafter.propose(k_rows)
                 stats.time_draft += time.perf_counter() - t0
                 stats.draft_forwards += draft.forwards
-                n_draft = torch.minimum(draft.num_draft, k_rows)
+                n_draft = torch.minimum(draft.num_draft, k_cap if scores else k_rows)
+                scored = torch.zeros(B, dtype=torch.bool)
+                if scores and draft.accept_prob is not None:
+                    n_draft, scored = policy.cut(n_draft, draft.accept_prob)
                 # Verify only as wide as the longest draft: a pass of K+1 tokens costs more than
                 # one of fewer (a prompt-lookup miss should cost a one-token step, not K+1).
                 width = int(n_draft.max())
@@ -338,7 +345,7 @@ class SpeculativeDecoder:
                     finish[b] = "length"
             self._account(stats, out, n_draft, active)
             if policy is not None:
-                policy.observe(out, n_draft, active, stats)
+                policy.observe(out, n_draft, active & ~scored, stats)  # scored rows have their own estimates
 
             # Roll back: the target keeps everything emitted except the newest token.
             kept = prompt_len + torch.tensor([len(g) for g in generated]) - 1
@@ -431,34 +438,56 @@ class _KState:
                 self.verify[w] = sorted(ts)[len(ts) // 2]
             self.k = torch.full_like(self.k, self.best_k())
 
+    def verify_cost(self, w: int) -> float:
+        """Seconds of a target pass of width ``w``: the median measured, else interpolated between
+        the nearest measured widths, else extrapolated with a gentle slope (optimistic enough to
+        get it tried once)."""
+        if not self.verify:
+            return 1.0 + 0.05 * (w - 1)  # nothing measured yet: relative units
+        if w in self.verify:
+            return self.verify[w]
+        widths = sorted(self.verify)
+        lo = max((x for x in widths if x < w), default=None)
+        hi = min((x for x in widths if x > w), default=None)
+        if lo is not None and hi is not None:
+            return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (w - lo) / (hi - lo)
+        ref = lo if lo is not None else hi
+        return self.verify[ref] * (1 + 0.05 * abs(w - ref))
+
     def best_k(self) -> int:
         """argmax_K E[tokens]/cost with E = (1-a^(K+1))/(1-a), cost = K*draft + verify(K+1) (Leviathan 3.8)."""
         a = min(self.passed / self.tested, 0.999)
         if not self.verify:
             return int(self.k[0])
-        widths = sorted(self.verify)
-        base = self.verify[widths[0]] if widths[0] == 1 else min(self.verify.values())
-
-        def verify_cost(w: int) -> float:
-            if w in self.verify:
-                return self.verify[w]
-            # Unmeasured width: interpolate linearly between the nearest measured ones, or
-            # extrapolate with a gentle slope; optimistic enough to get it tried once.
-            lo = max((x for x in widths if x < w), default=None)
-            hi = min((x for x in widths if x > w), default=None)
-            if lo is not None and hi is not None:
-                return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (w - lo) / (hi - lo)
-            ref = lo if lo is not None else hi
-            return self.verify[ref] * (1 + 0.05 * abs(w - ref))
-
+        base = self.verify.get(1, min(self.verify.values()))
         draft = self.draft_step if self.draft_step is not None else 0.05 * base
         best, best_rate = 1, -1.0
         for K in range(1, self.max_k + 1):
             tokens = (1 - a ** (K + 1)) / (1 - a)
-            rate = tokens / (K * draft + verify_cost(K + 1))
+            rate = tokens / (K * draft + self.verify_cost(K + 1))
             if rate > best_rate:
                 best, best_rate = K, rate
         return best
+
+    def cut(self, n_draft: torch.Tensor, accept_prob: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row, the draft length <= ``n_draft`` that maximises expected tokens per second.
+
+        With a_j = ``accept_prob[b, j]`` (P(draft j accepted | drafts < j accepted)), verifying
+        the first K drafts emits E_K = 1 + sum_{j<=K} prod_{i<=j} a_i tokens in expectation and
+        costs one pass of width K+1 (the drafting is already paid). Rows with a NaN among their
+        drafts keep ``n_draft``. Returns (lengths ``[B]``, rows cut ``[B]`` bool).
+        """
+        B, K = accept_prob.shape
+        if K == 0:
+            return n_draft, torch.zeros(B, dtype=torch.bool)
+        slots = torch.arange(K)
+        drafted = slots[None] < n_draft[:, None]  # [B, K]
+        rows = ~(torch.isnan(accept_prob) & drafted).any(1) & (n_draft > 0)  # [B]
+        a = torch.where(drafted, accept_prob, 0.0).nan_to_num(0.0).clamp(0.0, 1.0)  # [B, K]
+        expected = torch.cat([torch.ones(B, 1, dtype=a.dtype), 1 + a.cumprod(1).cumsum(1)], 1)  # [B, K+1]
+        cost = torch.tensor([self.verify_cost(w) for w in range(1, K + 2)], dtype=a.dtype)  # [K+1]
+        rate = (expected / cost).masked_fill(torch.arange(K + 1)[None] > n_draft[:, None], -math.inf)
+        return torch.where(rows, rate.argmax(1), n_draft), rows
 
 
 def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:

@@ -1,0 +1,106 @@
+"""Prompt lookup: which match it copies, its acceptance estimates, and the engine's cut."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from verispec.drafters import DraftContext, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from verispec.engine import SpeculativeDecoder, _KState
+from verispec.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def started(prompts, **kw) -> PromptLookupDrafter:
+    d = PromptLookupDrafter(**kw)
+    d.start(DraftContext(prompts, GREEDY, torch.zeros(len(prompts), dtype=torch.int64), "exact", 100, torch.float64))
+    return d
+
+
+def test_match_prefers_the_longest_then_the_most_recent():
+    #          0  1  2  3  4  5  6  7  8  9 10 11
+    context = [5, 1, 2, 3, 9, 8, 2, 3, 7, 1, 2, 3]
+    d = started([context])
+    assert d.match(context) == (4, 3)  # "1 2 3" at 1..3 beats the more recent "2 3" at 6..7
+    assert started([context], max_ngram=2).match(context) == (8, 2)  # capped at 2: the most recent "2 3"
+    assert started([context], min_ngram=4).match(context) == (-1, 0)
+    assert d.match([4, 4, 4]) == (2, 2)  # "4 4" at 0..1 overlaps the tail; it continues with context[2]
+    assert d.match([1, 2]) == (-1, 0) and d.match([1]) == (-1, 0)
+
+
+def test_proposal_carries_the_prior_then_learns_from_what_was_emitted():
+    context = [1, 2, 3, 4, 5, 6, 7, 1, 2, 3]  # tail "1 2 3" matches: continuation 4 5 6 7 ...
+    d = started([context], prior_strength=2.0)
+    prior = torch.tensor(PromptLookupDrafter.ACCEPT_PRIOR, dtype=torch.float64)
+    draft = d.propose(torch.tensor([4]))
+    assert draft.tokens[0].tolist() == [4, 5, 6, 7] and draft.num_draft.tolist() == [4]
+    assert draft.probs is None  # point masses
+    torch.testing.assert_close(draft.accept_prob[0], prior[2:6])  # match lengths 3, 4, 5, 6 (index m - 1)
+
+    d.update([[4, 5, 0]])  # 4 and 5 emitted as copied, then something else
+    want = [(prior[2] * 2 + 1) / 3, (prior[3] * 2 + 1) / 3, (prior[4] * 2 + 0) / 3]  # 2 passes, 1 failure
+    assert d.tried[0, 2:5].tolist() == [1, 1, 1] and d.passed[0, 2:5].tolist() == [1, 1, 0]
+    assert d.tried[0, 5] == 0  # nothing known about the 4th token: the row stopped before it
+    d.start(DraftContext([context], GREEDY, torch.zeros(1, dtype=torch.int64), "exact", 100, torch.float64))
+    d.propose(torch.tensor([4]))
+    assert d.tried.sum() == 0  # a new batch starts from the prior
+    d2 = started([context], prior_strength=2.0)
+    d2.propose(torch.tensor([4]))
+    d2.update([[4, 5, 0]])
+    d2.contexts[0][:] = context  # the same match again, to read the updated estimates
+    again = d2.propose(torch.tensor([3])).accept_prob[0]
+    torch.testing.assert_close(again, torch.stack(want).to(torch.float64))
+
+
+def test_no_match_drafts_nothing():
+    d = started([[1, 2, 3], [7, 7]])
+    draft = d.propose(torch.tensor([4, 4]))
+    assert draft.num_draft.tolist() == [0, 1]
+    assert math.isnan(draft.accept_prob[0, 0]) and not math.isnan(draft.accept_prob[1, 0])
+
+
+def _policy(costs: dict[int, float]) -> _KState:
+    policy = _KState("auto", 12, 3)
+    policy.verify = dict(costs)
+    return policy
+
+
+def test_cut_keeps_the_prefix_with_the_best_expected_rate():
+    # width 1 and 2 cost the same, every further slot +50%: only a near-certain token pays.
+    policy = _policy({1: 1.0, 2: 1.0, 3: 1.5, 4: 2.0, 5: 2.5})
+    a = torch.tensor([[0.9, 0.99, 0.99, 0.99], [0.3, 0.3, 0.3, 0.3], [0.9, 0.1, float("nan"), 0.5]], dtype=torch.float64)
+    n, cut = policy.cut(torch.tensor([4, 4, 2]), a)
+    # row 0: E = 1, 1.9, 2.78, 3.65, 4.51 over costs 1, 1, 1.5, 2, 2.5 -> K = 1 (1.9 per unit)
+    # row 1: K = 1 (1.3 per unit beats 1.39/1.5); row 2: its NaN lies past its 2 drafts -> scored, K = 1
+    assert n.tolist() == [1, 1, 1] and cut.tolist() == [True, True, True]
+    flat = _policy({1: 1.0, 8: 1.0})
+    n, _ = flat.cut(torch.tensor([4, 4, 0]), a)
+    assert n.tolist() == [4, 4, 0]  # free verification: verify everything drafted (row 2: nothing)
+
+
+def test_cut_leaves_unscored_rows_alone():
+    policy = _policy({1: 1.0, 2: 5.0})
+    a = torch.tensor([[float("nan"), 0.9], [0.0, 0.0]], dtype=torch.float64)
+    n, cut = policy.cut(torch.tensor([2, 2]), a)
+    assert n.tolist() == [2, 0] and cut.tolist() == [False, True]  # a model row keeps its K
+
+
+def test_auto_lets_a_long_copy_run_past_the_start_k(tiny_target):
+    """A prompt that repeats itself: under "auto" the lookup drafts beyond K=4 once the match is long."""
+    text = "one two three four five six seven eight nine ten " * 3
+    ref = SpeculativeDecoder(tiny_target, None).generate([text], 40, GREEDY).token_ids
+    for drafter in (PromptLookupDrafter(), HybridDrafter(ModelDrafter(tiny_target))):
+        dec = SpeculativeDecoder(tiny_target, drafter, k="auto", max_k=12)
+        res = dec.generate([text], 40, GREEDY)
+        assert res.token_ids == ref
+        assert max(res.stats.k_history) > 4
+
+
+@pytest.mark.parametrize("kw, match", [({"min_ngram": 0}, "min_ngram"), ({"max_ngram": 1, "min_ngram": 2}, "max_ngram"),
+                                       ({"prior_strength": 0}, "prior_strength")])
+def test_bad_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        PromptLookupDrafter(**kw)

@@ -215,7 +215,7 @@ def test_fast_lm_head_matches_linear(bias: bool) -> None:
 
 
 def test_fast_head_flag(tiny_dir: Path) -> None:
-    slow = load_causal_lm(tiny_dir, fast_head=False)
+    slow = load_causal_lm(tiny_dir, fast_head=False, fast_linears=False)
     fast = load_causal_lm(tiny_dir)
     assert "forward" not in vars(slow.model.lm_head) and "forward" in vars(fast.model.lm_head)
     ids = torch.tensor([[1, 20, 21, 22, 23]])
@@ -347,27 +347,30 @@ def test_full_head_kept_for_hf_when_asked(tmp_path):
 
 
 def test_fast_small_linears_match_f_linear() -> None:
-    """The oneDNN-packed path for 2-16 rows equals F.linear to float32 rounding; 1 row and
-    other dtypes keep F.linear itself."""
+    """The oneDNN-packed path equals F.linear to float32 rounding: decoder layers for 2-16 rows
+    (one row keeps F.linear), the output head for 1-32 rows; other dtypes keep F.linear."""
     from verispec.models import fast_small_linears
 
     lm = tiny_llama(seed=3, dtype=torch.float32)
-    ids = torch.randint(4, 64, (1, 24), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(4, 64, (1, 40), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = lm.model(ids).logits
-        steps_want = [lm.model(ids[:, :t]).logits for t in (1, 2, 5, 9, 16)]
+        steps_want = [lm.model(ids[:, :t]).logits for t in (1, 2, 5, 9, 16, 24)]
+        hidden = lm.model.model(ids[:, :1]).last_hidden_state
+        head_want = torch.nn.functional.linear(hidden, lm.model.lm_head.weight)
     changed = fast_small_linears(lm.model)
     if not torch.backends.mkldnn.is_available():
         assert changed == 0
         return
-    assert changed == 2 * 7  # q, k, v, o, gate, up, down per layer; not the output head
+    assert changed == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the output head
+    assert fast_small_linears(lm.model) == 0  # idempotent
     with torch.no_grad():
-        assert torch.equal(lm.model(ids).logits, want)  # 24 rows: F.linear
-        for t, w in zip((1, 2, 5, 9, 16), steps_want):
-            got = lm.model(ids[:, :t]).logits
-            torch.testing.assert_close(got, w, atol=1e-4, rtol=1e-4)
-            if t == 1:
-                assert torch.equal(got, w)
+        assert torch.equal(lm.model(ids).logits, want)  # 40 rows: F.linear everywhere
+        for t, w in zip((1, 2, 5, 9, 16, 24), steps_want):
+            torch.testing.assert_close(lm.model(ids[:, :t]).logits, w, atol=1e-4, rtol=1e-4)
+        o_proj = lm.model.model.layers[0].self_attn.o_proj
+        assert torch.equal(o_proj(hidden), torch.nn.functional.linear(hidden, o_proj.weight))  # 1 row: F.linear
+        torch.testing.assert_close(lm.model.lm_head(hidden), head_want, atol=1e-5, rtol=1e-5)
     lm.model.to(torch.float64)  # the packed copy is float32: other dtypes fall back to F.linear
     with torch.no_grad():
         lm.model(ids[:, :5].clone())

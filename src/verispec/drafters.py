@@ -318,16 +318,21 @@ class HybridDrafter:
     """Prompt lookup where the context's tail matches earlier text, the model drafter elsewhere.
 
     A composition of the two drafters: per row and iteration, the copy rule's point-mass draft
-    is used when it finds at least ``min_copy`` tokens, otherwise the model's sampled draft.
-    Copy rows are given to the verifier as one-hot q rows (the distribution they came from), so
-    one batch can mix both kinds exactly.
+    is used when it finds at least ``min_copy`` tokens and its first token is at least as likely
+    to be accepted as a model token (the lookup's estimate from the match length against the
+    row's running acceptance rate of model drafts, prior ``model_prior``), otherwise the
+    model's sampled draft. Copy rows are given to the verifier as one-hot q rows (the
+    distribution they came from), so one batch can mix both kinds exactly.
     """
 
     def __init__(self, model: ModelDrafter | EagleDrafter, copy: PromptLookupDrafter | None = None,
-                 min_copy: int = 2) -> None:
+                 min_copy: int = 2, model_prior: float = 0.3) -> None:
+        if not 0.0 <= model_prior <= 1.0:
+            raise ValueError(f"model_prior must be in [0, 1], got {model_prior}")
         self.model = model
         self.copy = copy or PromptLookupDrafter()
         self.min_copy = min_copy
+        self.model_prior = model_prior
 
     @property
     def name(self) -> str:
@@ -341,6 +346,11 @@ class HybridDrafter:
         self.ctx = ctx
         self.model.start(ctx)
         self.copy.start(ctx)
+        B = len(ctx.prompts)
+        strength = 5.0  # pseudo-observations behind model_prior
+        self.model_tried = torch.full((B,), strength, dtype=torch.float64)
+        self.model_passed = torch.full((B,), strength * self.model_prior, dtype=torch.float64)
+        self._model_draft: tuple[list[list[int]], torch.Tensor] | None = None
 
     def propose(self, k: torch.Tensor, k_lookup: torch.Tensor | None = None) -> Draft:
         """Up to ``k[b]`` model tokens per row, or up to ``k_lookup[b]`` (default ``k[b]``) copied
@@ -349,8 +359,13 @@ class HybridDrafter:
         copied = self.copy.propose(k_copy)
         use_copy = copied.num_draft >= torch.minimum(k_copy, torch.full_like(k_copy, self.min_copy))
         use_copy &= copied.num_draft > 0
+        if copied.accept_prob is not None and copied.accept_prob.shape[1]:
+            # NaN (no estimate) compares False: such rows fall back to the model
+            use_copy &= ~(copied.accept_prob[:, 0] < self.model_passed / self.model_tried)
         k_model = torch.where(use_copy, 0, k)
         drafted = self.model.propose(k_model) if bool((k_model > 0).any()) else None
+        if drafted is not None:
+            self._model_draft = (drafted.tokens.tolist(), torch.minimum(drafted.num_draft, k_model))
         Kc = copied.tokens.shape[1]
         K = max(int(k.max()) if len(k) else 0, Kc)
         V = self.ctx.vocab_size
@@ -378,6 +393,16 @@ class HybridDrafter:
         return bool(getattr(self.model, "uses_target_features", False))
 
     def update(self, emitted: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
+        if self._model_draft is not None:  # model drafts' acceptance: leading tokens emitted as drafted
+            tokens, num = self._model_draft
+            for b, new in enumerate(emitted):  # (a rejected slot never emits its draft token)
+                n = int(num[b])
+                if n == 0 or not new:
+                    continue
+                acc = next((j for j in range(min(n, len(new))) if new[j] != tokens[b][j]), min(n, len(new)))
+                self.model_passed[b] += acc
+                self.model_tried[b] += acc + (acc < n)
+            self._model_draft = None
         if self.uses_target_features:
             self.model.update(emitted, features=features)
         else:

@@ -440,8 +440,8 @@ class _KState:
 
     def verify_cost(self, w: int) -> float:
         """Seconds of a target pass of width ``w``: the median measured, else interpolated between
-        the nearest measured widths, else extrapolated with a gentle slope (optimistic enough to
-        get it tried once)."""
+        the nearest measured widths, else extrapolated from the nearest with a gentle slope (low
+        enough that an unmeasured width gets tried once)."""
         if not self.verify:
             return 1.0 + 0.05 * (w - 1)  # nothing measured yet: relative units
         if w in self.verify:
@@ -452,7 +452,7 @@ class _KState:
         if lo is not None and hi is not None:
             return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (w - lo) / (hi - lo)
         ref = lo if lo is not None else hi
-        return self.verify[ref] * (1 + 0.05 * abs(w - ref))
+        return self.verify[ref] * max(0.5, 1 + 0.05 * (w - ref))  # 5% per token, either way
 
     def best_k(self) -> int:
         """argmax_K E[tokens]/cost with E = (1-a^(K+1))/(1-a), cost = K*draft + verify(K+1) (Leviathan 3.8)."""

@@ -125,9 +125,9 @@ def load_causal_lm(
             built-in name).
         fast_head: replace the output head's forward by a faster, numerically equivalent
             matmul for few rows (see ``fast_lm_head``).
-        fast_linears: float32 on CPU: give the other linear layers a oneDNN-packed weight copy
-            for inputs of 2-16 rows (a verify pass), see ``fast_small_linears``. Costs one more
-            copy of those weights in memory.
+        fast_linears: float32 on CPU: give the linear layers a oneDNN-packed weight copy for
+            inputs of 2-16 rows (a verify pass; the output head 1-32 rows), see
+            ``fast_small_linears``. Costs one more copy of those weights in memory.
         slice_vocab_map: for a draft with a full output head and a ``vocab_map.safetensors``,
             keep only the mapped rows of the head (what verispec runs). False keeps the full
             head and returns ``vocab_map=None`` (what HF assisted generation needs).
@@ -198,41 +198,49 @@ def fast_lm_head(model: nn.Module) -> None:
 
 
 def _small_linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``F.linear``, except 2..``max_rows`` rows go through the oneDNN-packed weight."""
+    """The layer's own forward, except ``min_rows..max_rows`` float32 rows go through the
+    oneDNN-packed weight."""
     rows = x.numel() // x.shape[-1]
-    if rows < 2 or rows > self.max_rows or x.dtype != torch.float32 or self.weight.dtype != torch.float32:
-        return nn.functional.linear(x, self.weight, self.bias)
+    if not self.min_rows <= rows <= self.max_rows or x.dtype != torch.float32 or self.weight.dtype != torch.float32:
+        return self.unpacked_forward(x)
     out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), self.packed_weight, self.bias,
                                              "none", [], "")
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-def fast_small_linears(model: nn.Module, max_rows: int = 16, pack_rows: int = 8) -> int:
-    """Give each ``nn.Linear`` except the output head a oneDNN-packed copy of its weight, used
-    for inputs of 2..``max_rows`` rows (in place; returns how many layers were changed).
+def fast_small_linears(model: nn.Module, max_rows: int = 16, pack_rows: int = 8, head_max_rows: int = 32) -> int:
+    """Give each ``nn.Linear`` a oneDNN-packed copy of its weight, used for inputs of
+    2..``max_rows`` rows, and for the output head 1..``head_max_rows`` rows (in place; returns
+    how many layers were changed).
 
     Why: on a CPU a decode step is bound by reading the weights, so a K+1-token verify pass
     should cost about one token's step. With ``F.linear`` (MKL GEMM, nothing reused between
     calls) it cost ~1.5x a one-row step on SmolLM2-135M; with the weight packed once for
-    oneDNN, ~1.1-1.2x (measured, BENCHMARKS.md).
-    One row keeps ``F.linear`` (already optimal), so target-only decoding is unchanged.
+    oneDNN, ~1.1-1.2x (measured, BENCHMARKS.md). One row keeps ``F.linear`` in the decoder
+    layers (as fast there). The output head (49152 x 576 for SmolLM2) is packed for one row too:
+    there the packed matmul took 4.8 ms against 8.9 ms for one row and 5.5 ms against 12.5 ms
+    for five (2 threads, this project's CPU machine).
     Only float32 CPU weights, and only where this torch build has the oneDNN ops; results
     equal ``F.linear`` to float32 rounding (max abs difference ~1e-4 on layer outputs).
+    Costs one more copy of the weights in memory.
     """
     if not torch.backends.mkldnn.is_available():
         return 0
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     changed = 0
     for mod in model.modules():
-        if (not isinstance(mod, nn.Linear) or mod is head or type(mod).forward is not nn.Linear.forward
-                or "forward" in mod.__dict__ or mod.weight.dtype != torch.float32 or mod.weight.device.type != "cpu"):
+        own_forward = mod.__dict__.get("forward")  # fast_lm_head's swap on the head is fine
+        if (not isinstance(mod, nn.Linear) or type(mod).forward is not nn.Linear.forward
+                or (own_forward is not None and getattr(own_forward, "__func__", None) is not _fast_linear_forward)
+                or mod.weight.dtype != torch.float32 or mod.weight.device.type != "cpu"):
             continue
         try:
             packed = torch.ops.mkldnn._reorder_linear_weight(mod.weight.detach(), pack_rows)
         except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
             return changed
         mod.packed_weight = packed
-        mod.max_rows = max_rows
+        mod.min_rows, mod.max_rows = (1, head_max_rows) if mod is head else (2, max_rows)
+        mod.unpacked_forward = mod.forward
         mod.forward = types.MethodType(_small_linear_forward, mod)  # type: ignore[method-assign]
         changed += 1
     return changed

@@ -374,3 +374,30 @@ def test_fast_small_linears_match_f_linear() -> None:
     lm.model.to(torch.float64)  # the packed copy is float32: other dtypes fall back to F.linear
     with torch.no_grad():
         lm.model(ids[:, :5].clone())
+
+
+def test_gqa_attention_is_bit_identical_to_hf_sdpa() -> None:
+    """The KV-sharing SDPA path gives exactly HF's SDPA results on masked multi-token passes
+    (a verify pass over a ragged batch with holes), and leaves one-token passes to HF."""
+    from verispec.models import gqa_attention
+    from verispec.runner import KVRunner, left_pad
+
+    ref = tiny_llama(seed=4, dtype=torch.float32)
+    fast = tiny_llama(seed=4, dtype=torch.float32)
+    assert ref.model.config.num_key_value_heads < ref.model.config.num_attention_heads  # grouped KV heads
+    if ref.model.config._attn_implementation != "sdpa":
+        pytest.skip("tiny model does not run HF's sdpa attention here")
+    assert gqa_attention(fast.model) and fast.model.config._attn_implementation == "verispec_sdpa"
+    assert not gqa_attention(fast.model)  # already switched
+    outs = []
+    with torch.no_grad():
+        for lm in (ref, fast):
+            runner = KVRunner(lm.model, 2)
+            feed, live = left_pad([[5, 6, 7, 8, 9, 10], [11, 12]])
+            prefill = runner.forward(feed, live)
+            verify = runner.forward(torch.tensor([[1, 2, 3, 4], [4, 5, 6, 7]]))  # masked: rows of unequal length
+            runner.truncate(runner.lengths - 3)
+            step = runner.forward(torch.tensor([[9], [8]]))
+            outs.append((prefill, verify, step))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)

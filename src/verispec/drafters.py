@@ -528,17 +528,20 @@ def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDraft
     return ModelDrafter(load_causal_lm(spec, dtype=dtype))
 
 
-def make_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> Drafter | None:
+def make_drafter(spec: str, *, dtype: torch.dtype = torch.float32, target: str | None = None) -> Drafter | None:
     """Build a drafter from a command-line style spec.
 
     ``"none"`` (target-only), ``"ngram"`` (prompt lookup), ``"eagle"`` (the built-in EAGLE head),
-    ``"hybrid"`` (prompt lookup, then the built-in draft model), ``"default"`` (prompt lookup:
-    the fastest built-in drafter in every benchmark so far, see BENCHMARKS.md), or a model
-    name / path (see :func:`load_drafter`; ``"NAME+ngram"`` for that model behind prompt lookup).
+    ``"hybrid"`` (prompt lookup, then the built-in draft model), ``"default"`` (the fastest
+    measured for ``target``: ``"eagle+ngram"`` for the built-in ``smollm2-135m`` the head was
+    trained on, prompt lookup for any other target; see BENCHMARKS.md), or a model name / path
+    (see :func:`load_drafter`; ``"NAME+ngram"`` for that model behind prompt lookup).
     """
     if spec == "none":
         return None
-    if spec in ("ngram", "default"):
+    if spec == "default":
+        spec = EAGLE_DRAFT + "+ngram" if target == "smollm2-135m" else "ngram"
+    if spec == "ngram":
         return PromptLookupDrafter()
     if spec == "hybrid":
         spec = DEFAULT_DRAFT_MODEL + "+ngram"

@@ -117,7 +117,10 @@ class SpeculativeDecoder:
         drafter: a :class:`Drafter`, or ``None`` for target-only decoding.
         k: draft length policy: an int (fixed), ``"heuristic"`` (HF's: +2 after a fully
             accepted draft, -1 otherwise) or ``"auto"`` (maximise expected tokens per second
-            from the online acceptance estimate and measured draft / verify costs).
+            from the online acceptance estimate and measured draft / verify costs; drafters
+            whose tokens carry acceptance estimates, such as prompt lookup, draft up to
+            ``max_k`` and each row's draft is cut where the next token stops paying for the
+            wider verify pass).
         method: ``"exact"`` (rejection sampling) or ``"gumbel"`` (drafter-invariant).
         max_k: upper bound for the adaptive policies.
     """

@@ -127,7 +127,7 @@ def _load_drafters(specs: list[str] | None, target, target_name: str, console: C
                 loaded[name] = load_drafter(name)
         return loaded[name]
 
-    if specs is None:  # prompt lookup (the default drafter), and each shipped draft model behind it
+    if specs is None:  # prompt lookup, and each shipped draft model behind it
         specs = ["ngram"]
         if target_name == DEFAULT_TARGET:
             for name in BUILTIN_DRAFT_MODELS:

@@ -104,3 +104,26 @@ def test_auto_lets_a_long_copy_run_past_the_start_k(tiny_target):
 def test_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         PromptLookupDrafter(**kw)
+
+
+def test_hybrid_copies_only_when_the_copy_is_the_likelier_draft(tiny_target):
+    """model_prior sets the running model acceptance rate a copy's first token must reach."""
+    from verispec.sampling import SamplingParams as SP
+
+    prompt = tiny_target.tokenizer("abc abc abc ab")["input_ids"]  # the tail matches: a copy exists
+    seeds = torch.zeros(1, dtype=torch.int64)
+    kinds = {}
+    for prior in (0.0, 1.0):
+        h = HybridDrafter(ModelDrafter(tiny_target), model_prior=prior)
+        h.bind(tiny_target)
+        h.start(DraftContext([prompt], SP(temperature=0), seeds, "exact", tiny_target.vocab_size, torch.float32))
+        d = h.propose(torch.tensor([3]))
+        kinds[prior] = "copy" if not math.isnan(d.accept_prob[0, 0]) else "model"
+        assert d.forwards == (0 if kinds[prior] == "copy" else 3)
+        if kinds[prior] == "model":  # two drafts emitted as drafted, then another token: 2 of 3 accepted
+            t = d.tokens[0].tolist()
+            h.update([[t[0], t[1], (t[2] + 1) % tiny_target.vocab_size]])
+            assert (float(h.model_passed[0]), float(h.model_tried[0])) == (5.0 * prior + 2, 5.0 + 3)
+    assert kinds == {0.0: "copy", 1.0: "model"}
+    with pytest.raises(ValueError, match="model_prior"):
+        HybridDrafter(ModelDrafter(tiny_target), model_prior=1.5)

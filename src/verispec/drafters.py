@@ -103,6 +103,8 @@ class Drafter(Protocol):
 def draw_draft(q: torch.Tensor, ctx: DraftContext, positions: torch.Tensor) -> torch.Tensor:
     """The draft token of each row from ``q [B, V]`` at absolute ``positions [B]``: inverse CDF on
     the draft stream ("exact"), or argmax(log q + G) with the verifier's shared noise ("gumbel")."""
+    if ctx.sampling.greedy:  # q is one-hot: both rules pick its token, so skip the noise
+        return q.argmax(-1)
     if ctx.method == "gumbel":
         return gumbel_argmax(torch.log(q)[:, None], ctx.seeds, positions)[:, 0]
     return sample(q, ctx.seeds, positions, STREAM_DRAFT)

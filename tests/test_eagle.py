@@ -181,9 +181,7 @@ def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
     h = make_drafter(str(tmp_path / "head") + "+ngram")
     assert isinstance(h, HybridDrafter) and isinstance(h.model, EagleDrafter) and h.uses_target_features
     assert isinstance(make_drafter("eagle"), EagleDrafter)
-    assert isinstance(make_drafter("default"), PromptLookupDrafter)  # any target: prompt lookup
-    d = make_drafter("default", target="smollm2-135m")  # the built-in target: its EAGLE head behind lookup
-    assert isinstance(d, HybridDrafter) and isinstance(d.model, EagleDrafter)
+    assert isinstance(make_drafter("default"), PromptLookupDrafter)  # the fastest measured (BENCHMARKS.md)
     e = make_drafter("eagle+ngram")
     assert isinstance(e, HybridDrafter) and isinstance(e.model, EagleDrafter) and e.name == "smollm2-135m-eagle+ngram"
     with pytest.raises(ModelLoadError, match="does not exist"):

@@ -39,8 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--draft", default="default",
                    help="draft model name/path, 'eagle' (the built-in EAGLE head) or an EAGLE head directory, "
                         "'ngram' (prompt lookup), 'hybrid' (prompt lookup, then smollm2-135m-draft), 'NAME+ngram', "
-                        "'none' (target only) or 'default' (the fastest measured: eagle+ngram for the built-in target, "
-                        "prompt lookup for others)")
+                        "'none' (target only) or 'default' (prompt lookup: the fastest measured, with eagle+ngram)")
     g.add_argument("--k", default="auto", help="draft length: an int, 'auto' or 'heuristic' (default auto)")
     g.add_argument("--method", default="exact", choices=["exact", "gumbel"])
     _add_sampling_arguments(g)
@@ -108,7 +107,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     k = parse_k(args.k)
     with console.status(f"loading {args.target} and draft {args.draft} ..."):
         target = load_causal_lm(args.target)
-        drafter = make_drafter(args.draft, target=args.target)
+        drafter = make_drafter(args.draft)
     decoder = SpeculativeDecoder(target, drafter, k=k, method=args.method)
     kwargs = dict(max_new_tokens=args.max_new_tokens, sampling=sampling, stop=args.stop, chat=args.chat)
     if args.stream:

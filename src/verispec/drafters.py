@@ -89,7 +89,12 @@ class Drafter(Protocol):
         """Begin a batch of requests whose contexts are ``ctx.prompts``."""
 
     def propose(self, k: torch.Tensor) -> Draft:
-        """Propose up to ``k[b]`` tokens for each row b (``k [B]`` int64, may be 0)."""
+        """Propose up to ``k[b]`` tokens for each row b (``k [B]`` int64, may be 0).
+
+        Drafters with a true ``scores_drafts`` attribute fill :attr:`Draft.accept_prob`; under
+        ``k="auto"`` they are called as ``propose(k, k_lookup=cap)`` and may return up to
+        ``cap[b]`` scored tokens per row (the engine cuts them; see ``SpeculativeDecoder``).
+        """
 
     def update(self, emitted: list[list[int]]) -> None:
         """Append each row's newly emitted tokens to its context (accepted drafts + 1 token).
@@ -530,20 +535,18 @@ def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDraft
     return ModelDrafter(load_causal_lm(spec, dtype=dtype))
 
 
-def make_drafter(spec: str, *, dtype: torch.dtype = torch.float32, target: str | None = None) -> Drafter | None:
+def make_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> Drafter | None:
     """Build a drafter from a command-line style spec.
 
     ``"none"`` (target-only), ``"ngram"`` (prompt lookup), ``"eagle"`` (the built-in EAGLE head),
-    ``"hybrid"`` (prompt lookup, then the built-in draft model), ``"default"`` (the fastest
-    measured for ``target``: ``"eagle+ngram"`` for the built-in ``smollm2-135m`` the head was
-    trained on, prompt lookup for any other target; see BENCHMARKS.md), or a model name / path
+    ``"hybrid"`` (prompt lookup, then the built-in draft model), ``"default"`` (prompt lookup:
+    for the built-in target it measured as fast as ``"eagle+ngram"`` and faster than every
+    other drafter, and it works for any target; see BENCHMARKS.md), or a model name / path
     (see :func:`load_drafter`; ``"NAME+ngram"`` for that model behind prompt lookup).
     """
     if spec == "none":
         return None
-    if spec == "default":
-        spec = EAGLE_DRAFT + "+ngram" if target == "smollm2-135m" else "ngram"
-    if spec == "ngram":
+    if spec in ("ngram", "default"):
         return PromptLookupDrafter()
     if spec == "hybrid":
         spec = DEFAULT_DRAFT_MODEL + "+ngram"

@@ -30,6 +30,19 @@ def test_generate_prints_text_and_summary(model_dirs, capsys, draft):
     assert "same text: True" in out.err  # greedy speculative output == target-only output
 
 
+def test_generate_default_k_keeps_sampled_text_reproducible(model_dirs, capsys):
+    """Greedy runs use k=auto; sampled exact runs a fixed k, so one seed gives one text."""
+    target, _ = model_dirs
+    texts = []
+    for temperature in ("0", "0.9", "0.9"):
+        assert main(["generate", "abc abc abc", "--target", str(target), "--draft", "ngram",
+                     "--max-new-tokens", "16", "--temperature", temperature, "--seed", "5"]) == 0
+        out = capsys.readouterr()
+        assert ("k=auto" if temperature == "0" else "k=4") in out.err
+        texts.append(out.out)
+    assert texts[1] == texts[2]
+
+
 def test_generate_streams(model_dirs, capsys):
     target, draft_dir = model_dirs
     assert main(["generate", "abc abc", "--target", str(target), "--draft", str(draft_dir), "--stream",

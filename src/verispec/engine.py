@@ -120,7 +120,9 @@ class SpeculativeDecoder:
             from the online acceptance estimate and measured draft / verify costs; drafters
             whose tokens carry acceptance estimates, such as prompt lookup, draft up to
             ``max_k`` and each row's draft is cut where the next token stops paying for the
-            wider verify pass).
+            wider verify pass). Draft lengths never change the output's distribution, but they
+            do change which text an "exact"-method sampled run draws for a seed: use a fixed
+            int (or greedy, or "gumbel") for run-to-run and batch-independent text.
         method: ``"exact"`` (rejection sampling) or ``"gumbel"`` (drafter-invariant).
         max_k: upper bound for the adaptive policies.
     """

@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--draft", default="default",
                    help="draft model name/path, 'eagle' (the built-in EAGLE head) or an EAGLE head directory, "
                         "'ngram' (prompt lookup), 'hybrid' (prompt lookup, then smollm2-135m-draft), 'NAME+ngram', "
-                        "'none' (target only) or 'default' (prompt lookup: the fastest measured, with eagle+ngram)")
+                        "'none' (target only) or 'default' (prompt lookup, the fastest measured together with eagle+ngram)")
     g.add_argument("--k", default=None,
                    help="draft length: an int, 'auto' or 'heuristic'. Default: 'auto' when the text does not "
                         "depend on draft lengths (greedy, or --method gumbel), else 4 so that a seed always "

@@ -127,3 +127,20 @@ def test_hybrid_copies_only_when_the_copy_is_the_likelier_draft(tiny_target):
     assert kinds == {0.0: "copy", 1.0: "model"}
     with pytest.raises(ValueError, match="model_prior"):
         HybridDrafter(ModelDrafter(tiny_target), model_prior=1.5)
+
+
+def test_agreement_and_repeated_buckets():
+    """agreement: leading equal tokens and the slots compared; a long match's tokens all land in
+    the last prior bucket, and each is counted."""
+    from verispec.drafters import agreement
+
+    assert agreement([1, 2, 3], [1, 2, 9, 4]) == (2, 3)
+    assert agreement([1, 2], [1, 2, 5]) == (2, 2)  # all drafts accepted: the bonus is not a draft slot
+    assert agreement([1, 2, 3], [1]) == (1, 1)  # the row stopped (EOS): nothing known past it
+    assert agreement([], [4]) == (0, 0)
+    context = list(range(20)) + list(range(20))  # the tail matches 20 tokens back
+    d = started([context])
+    d.propose(torch.tensor([3]))
+    d.update([[0, 1, 2]])  # the copy continues 0, 1, 2 and all three are emitted
+    last = len(PromptLookupDrafter.ACCEPT_PRIOR) - 1
+    assert d.tried[0, last] == 3 and d.passed[0, last] == 3

@@ -28,7 +28,7 @@ from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
-           "to_target_vocab", "draw_draft", "make_drafter", "load_drafter"]
+           "agreement", "to_target_vocab", "draw_draft", "make_drafter", "load_drafter"]
 
 
 @dataclass
@@ -113,6 +113,17 @@ def draw_draft(q: torch.Tensor, ctx: DraftContext, positions: torch.Tensor) -> t
     if ctx.method == "gumbel":
         return gumbel_argmax(torch.log(q)[:, None], ctx.seeds, positions)[:, 0]
     return sample(q, ctx.seeds, positions, STREAM_DRAFT)
+
+
+def agreement(draft: list[int], emitted: list[int]) -> tuple[int, int]:
+    """``(passed, tried)`` for a draft against what the target then emitted at the same slots:
+    the leading run of equal tokens, and the slots compared up to and including the first
+    difference. Equal means accepted: a rejected slot never emits its draft token (the residual
+    is 0 there), and at the bonus slot a point-mass draft equals the bonus draw with exactly
+    its acceptance probability."""
+    n = min(len(draft), len(emitted))
+    passed = next((j for j in range(n) if emitted[j] != draft[j]), n)
+    return passed, passed + (passed < n)
 
 
 def to_target_vocab(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int, dtype: torch.dtype) -> torch.Tensor:
@@ -245,6 +256,7 @@ class PromptLookupDrafter:
         if not prior_strength > 0:
             raise ValueError(f"prior_strength must be > 0, got {prior_strength}")
         self.max_ngram, self.min_ngram, self.prior_strength = max_ngram, min_ngram, float(prior_strength)
+        self.prior = torch.tensor(self.ACCEPT_PRIOR, dtype=torch.float64)
         self.name = "ngram"
         self.scores_drafts = True  # proposals carry accept_prob (see Draft)
 
@@ -254,7 +266,6 @@ class PromptLookupDrafter:
     def start(self, ctx: DraftContext) -> None:
         self.contexts = [list(p) for p in ctx.prompts]
         nb = len(self.ACCEPT_PRIOR)
-        self.prior = torch.tensor(self.ACCEPT_PRIOR, dtype=torch.float64)
         self.tried = torch.zeros(len(self.contexts), nb, dtype=torch.float64)  # [B, buckets] per match length
         self.passed = torch.zeros(len(self.contexts), nb, dtype=torch.float64)
         self._pending: list[tuple[list[int], int] | None] = [None] * len(self.contexts)
@@ -278,8 +289,10 @@ class PromptLookupDrafter:
             return -1, 0
         return int(ends[length == m][-1]) + 1, m
 
-    def _bucket(self, m: int) -> int:
-        return min(m, len(self.ACCEPT_PRIOR)) - 1
+    def _buckets(self, m: int, n: int) -> torch.Tensor:
+        """``[n]`` prior indices of the next n copied tokens after an m-token match (the match
+        length each extends, capped at the last entry)."""
+        return (torch.arange(n) + m).clamp_max(len(self.ACCEPT_PRIOR)) - 1
 
     def propose(self, k: torch.Tensor, k_lookup: torch.Tensor | None = None) -> Draft:
         """Up to ``k[b]`` tokens per row (``k_lookup[b]`` when given: the engine's long cap)."""
@@ -299,8 +312,8 @@ class PromptLookupDrafter:
             n = len(found)
             tokens[b, :n] = torch.tensor(found, dtype=torch.int64)
             num[b] = n
-            buckets = (torch.arange(n) + m).clamp_max(len(self.ACCEPT_PRIOR)) - 1  # match length each token extends
-            prob[b, :n] = (self.passed[b, buckets] + s * self.prior[buckets]) / (self.tried[b, buckets] + s)
+            i = self._buckets(m, n)
+            prob[b, :n] = (self.passed[b, i] + s * self.prior[i]) / (self.tried[b, i] + s)
         return Draft(tokens, None, num, 0, prob)
 
     def update(self, emitted: list[list[int]]) -> None:
@@ -308,12 +321,10 @@ class PromptLookupDrafter:
             pending = self._pending[b]
             if pending is not None:  # score the last proposal against what the target emitted
                 found, m = pending
-                for j in range(min(len(found), len(new))):
-                    i = self._bucket(m + j)
-                    self.tried[b, i] += 1
-                    if new[j] != found[j]:
-                        break
-                    self.passed[b, i] += 1
+                passed, tried = agreement(found, new)
+                # index_add_: long matches share the last bucket, so indices repeat
+                self.tried[b].index_add_(0, self._buckets(m, tried), torch.ones(tried, dtype=torch.float64))
+                self.passed[b].index_add_(0, self._buckets(m, passed), torch.ones(passed, dtype=torch.float64))
                 self._pending[b] = None
             ctx.extend(new)
 
@@ -400,15 +411,12 @@ class HybridDrafter:
         return bool(getattr(self.model, "uses_target_features", False))
 
     def update(self, emitted: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
-        if self._model_draft is not None:  # model drafts' acceptance: leading tokens emitted as drafted
+        if self._model_draft is not None:  # the model drafts' acceptance, exactly (see agreement)
             tokens, num = self._model_draft
-            for b, new in enumerate(emitted):  # (a rejected slot never emits its draft token)
-                n = int(num[b])
-                if n == 0 or not new:
-                    continue
-                acc = next((j for j in range(min(n, len(new))) if new[j] != tokens[b][j]), min(n, len(new)))
-                self.model_passed[b] += acc
-                self.model_tried[b] += acc + (acc < n)
+            for b, new in enumerate(emitted):
+                passed, tried = agreement(tokens[b][: int(num[b])], new)
+                self.model_passed[b] += passed
+                self.model_tried[b] += tried
             self._model_draft = None
         if self.uses_target_features:
             self.model.update(emitted, features=features)

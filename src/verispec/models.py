@@ -206,8 +206,8 @@ def _sdpa_gqa_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
 
 def gqa_attention(model: nn.Module) -> bool:
     """Switch a CPU model that runs HF's ``"sdpa"`` attention to :func:`_sdpa_gqa_forward` (same
-    masks, same kernel, bit-identical outputs; a 5-token verify pass of SmolLM2-135M took ~4 ms
-    less). Returns whether it switched; other models and attention types are left alone."""
+    masks, same kernel, bit-identical outputs; for SmolLM2-135M a 9-token pass took ~6 ms (7%)
+    less, a 5-token one the same within noise: ``python -m verispec.bench.pass_costs``). Returns whether it switched; other models and attention types are left alone."""
     config = getattr(model, "config", None)
     if (config is None or getattr(config, "_attn_implementation", None) != "sdpa"
             or not hasattr(model, "set_attn_implementation") or next(model.parameters()).device.type != "cpu"):
@@ -269,8 +269,9 @@ def fast_small_linears(model: nn.Module, max_rows: int = 16, pack_rows: int = 8,
     calls) it cost ~1.5x a one-row step on SmolLM2-135M; with the weight packed once for
     oneDNN, ~1.1-1.2x (measured, BENCHMARKS.md). One row keeps ``F.linear`` in the decoder
     layers (as fast there). The output head (49152 x 576 for SmolLM2) is packed for one row too:
-    there the packed matmul took 4.8 ms against 8.9 ms for one row and 5.5 ms against 12.5 ms
-    for five (2 threads, this project's CPU machine).
+    there the packed matmul took 4.1-4.8 ms against 8.3-8.9 ms for one row and 5.8-6.6 ms
+    against 9.8-11.1 ms for five (2 threads, this project's CPU machine;
+    ``python -m verispec.bench.pass_costs``).
     Only float32 CPU weights, and only where this torch build has the oneDNN ops; results
     equal ``F.linear`` to float32 rounding (max abs difference ~1e-4 on layer outputs).
     Costs one more copy of the weights in memory.

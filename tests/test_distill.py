@@ -204,3 +204,26 @@ def test_tiny_eagle_distillation_learns_and_exports(tiny_setup, tmp_path: Path) 
     got = SpeculativeDecoder(tgt, EagleDrafter(load_eagle_head(out)), k=3).generate(["def return"], 16, sp)
     want = SpeculativeDecoder(tgt, None).generate(["def return"], 16, sp)
     assert got.token_ids == want.token_ids
+
+
+def test_eagle_fine_tune_starts_from_the_given_head(tiny_setup, tmp_path: Path) -> None:
+    target, corpus, labelled = tiny_setup
+    kw = dict(TINY, arch="eagle", depth=2, chat_prompts=4, heldout_chat_prompts=4, chat_batch=4, chat_len=96,
+              chat_new_tokens=24, measure=False)
+    first = tmp_path / "first"
+    _copy_labels(labelled, first)
+    s1 = D.distill(str(target), [str(corpus)], str(first), steps=30, **kw)
+    ft = tmp_path / "ft"
+    shutil.copytree(first / "labels", ft / "labels")  # the chat answers too: nothing to generate again
+    s2 = D.distill(str(target), [str(corpus)], str(ft), steps=10, **dict(kw, init_from=str(first), lr=1e-5))
+    assert s2["labels"]["shards_written"] == 0
+    # A tiny learning rate barely moves the weights: the first evaluation is the given head's, not a fresh one's.
+    kl_fresh, kl_given, kl_ft = (s1["train"]["history"][0]["kl"], s1["train"]["eval"]["kl"],
+                                 s2["train"]["history"][0]["kl"])
+    assert abs(kl_ft - kl_given) < 0.05 * kl_given < abs(kl_fresh - kl_given)
+    assert torch.equal(load_file(ft / "vocab_map.safetensors")["vocab_map"],
+                       load_file(first / "vocab_map.safetensors")["vocab_map"])
+    with pytest.raises(ValueError, match="init_from"):
+        D.distill(str(target), [str(corpus)], str(tmp_path / "x"), steps=1, **dict(TINY, init_from=str(first)))
+    with pytest.raises(ValueError, match="not an EAGLE head"):
+        D.distill(str(target), [str(corpus)], str(tmp_path / "y"), steps=1, **dict(kw, init_from=str(corpus)))

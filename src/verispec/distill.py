@@ -100,6 +100,7 @@ class DistillConfig:
     chat_weight: float = 3.0  # sampling weight of chat sequences relative to the others
     depth: int = 3  # EAGLE only: unrolled draft steps trained per position ("training-time test")
     feature_noise: float = 0.05  # EAGLE only: std of Gaussian noise on the input features
+    init_from: str = ""  # EAGLE only: a head directory (or "eagle") to fine-tune instead of a fresh start
 
 
 # ----------------------------------------------------------------------------------------------
@@ -853,6 +854,9 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
     eagle = cfg.arch == "eagle"
     if not eagle:
         parse_arch(cfg.arch)
+        if cfg.init_from:
+            raise ValueError("init_from (--init-from) fine-tunes an EAGLE head; it needs arch='eagle'")
+    init_files = _init_head(cfg.init_from) if cfg.init_from else None
     if cfg.depth < 1:
         raise ValueError(f"depth must be >= 1, got {cfg.depth}")
     bad = set(stages) - {"label", "train", "export"}
@@ -885,6 +889,11 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
         started = any((outp / "checkpoints" / n).is_file() for n in ("last.safetensors", "eagle-last.safetensors"))
         if vmap_file.is_file() and started:
             vmap = load_file(vmap_file)["vocab_map"].long()
+        elif init_files is not None:  # fine-tuning keeps the head's own output rows
+            vmap = init_files.vocab_map if init_files.vocab_map is not None else torch.arange(V)
+            if int(vmap.max()) >= V:
+                raise ValueError(f"init_from {cfg.init_from!r}: its vocab map has ids >= the target's vocabulary {V}")
+            atomic_save({"vocab_map": vmap}, vmap_file)
         else:
             vmap = (choose_vocab_map(train, n_vocab, eos, sequence_weights(cfg, train)) if n_vocab < V
                     else torch.arange(V))
@@ -897,7 +906,8 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
         t0 = time.perf_counter()
         if eagle:
             summary.update(_train_export_eagle(cfg, outp, tgt, tr_files, he_files, vmap,
-                                               sequence_weights(cfg, train), stages, measure, progress, log))
+                                               sequence_weights(cfg, train), stages, measure, progress, log,
+                                               init=init_files.head if init_files is not None else None))
             summary["train"]["seconds_this_run"] = time.perf_counter() - t0
             summary["seconds"] = time.perf_counter() - t_all
             _atomic_json(summary, outp / "distill-summary.json")
@@ -917,17 +927,34 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
     return summary
 
 
+def _init_head(spec: str):
+    """The EAGLE head files to fine-tune from: a built-in name ("eagle") or a head directory."""
+    from .drafters import EAGLE_BUILTINS, EAGLE_DRAFT
+    from .eagle import is_eagle_dir, load_eagle_head
+
+    path = EAGLE_BUILTINS.get(EAGLE_DRAFT if spec == "eagle" else spec, Path(spec))
+    if not is_eagle_dir(path):
+        raise ValueError(f"init_from {spec!r} is not an EAGLE head directory (no eagle_config.json)")
+    return load_eagle_head(path)
+
+
 def _train_export_eagle(cfg: DistillConfig, out: Path, tgt, tr_files: list[Path], he_files: list[Path],
                         vmap: torch.Tensor, sample_weight: torch.Tensor, stages: Sequence[str], measure: bool,
-                        progress: bool, log) -> dict:
+                        progress: bool, log, init=None) -> dict:
     """``--arch eagle``: target features for every label shard, then the EAGLE head (see
-    :mod:`verispec.eagle_train`), exported as ``eagle_config.json`` + ``eagle.safetensors``."""
+    :mod:`verispec.eagle_train`; from ``init``'s weights when given), exported as
+    ``eagle_config.json`` + ``eagle.safetensors``."""
     from .eagle import features_match_logits, save_eagle_head
     from .eagle_train import FeatureSet, make_features, train_eagle
 
     if not features_match_logits(tgt.model):
         raise ValueError(f"target {cfg.target!r} does not compute its logits as lm_head(final hidden state); "
                          "--arch eagle cannot use it")
+    H = tgt.model.config.hidden_size
+    if init is not None and (init.config.hidden_size != H or init.config.intermediate_size
+                             != tgt.model.config.intermediate_size):
+        raise ValueError(f"init_from {cfg.init_from!r}: the head (hidden {init.config.hidden_size}) was made for "
+                         f"another target than {cfg.target!r} (hidden {H})")
     with _progress(progress) as bar:
         task = bar.add_task("target features", total=len(tr_files) + len(he_files))
         ftr = make_features(tgt.model, tr_files, progress=bar, task=task)
@@ -935,7 +962,7 @@ def _train_export_eagle(cfg: DistillConfig, out: Path, tgt, tr_files: list[Path]
         train, held = FeatureSet.load(ftr), FeatureSet.load(fhe)
         head, result = train_eagle(tgt.model, train, held, vmap, out, steps=cfg.steps, batch_size=cfg.batch_size,
                                    lr=cfg.lr, depth=cfg.depth, noise=cfg.feature_noise, seed=cfg.seed,
-                                   sample_weight=sample_weight,
+                                   sample_weight=sample_weight, init_from=init,
                                    eval_every=cfg.eval_every, ckpt_every=cfg.ckpt_every,
                                    progress=bar if progress else None, log=log)
     summary: dict = {"train": result}
@@ -988,6 +1015,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sampling weight of chat sequences in training batches (default %(default)s)")
     parser.add_argument("--def-oversample", type=float, default=d.def_oversample,
                         help="sampling weight of those continuations in training batches (default %(default)s)")
+    parser.add_argument("--init-from", default="", metavar="DIR",
+                        help="eagle: fine-tune this head (a directory, or 'eagle' for the built-in one) instead "
+                             "of starting fresh; keeps its vocab map")
     parser.add_argument("--batch-size", type=int, default=d.batch_size)
     parser.add_argument("--lr", type=float, default=d.lr)
     parser.add_argument("--label-seconds", type=float, default=0.0,
@@ -1009,7 +1039,8 @@ def run_from_args(args: argparse.Namespace) -> int:
                 measure=not args.no_measure, threads=args.threads, batch_size=args.batch_size, lr=args.lr,
                 time_budget_s=args.label_seconds, def_prompts=args.def_prompts,
                 def_oversample=args.def_oversample, depth=args.depth, chat_prompts=args.chat_prompts,
-                heldout_chat_prompts=args.heldout_chat_prompts, chat_weight=args.chat_weight)
+                heldout_chat_prompts=args.heldout_chat_prompts, chat_weight=args.chat_weight,
+                init_from=args.init_from)
     console = Console()
     ev = s.get("train", {}).get("eval", {})
     if ev and "agree" in ev:  # EAGLE head: agreement of each unrolled draft step
@@ -1030,9 +1061,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the same as `verispec distill` (one-line errors, exit codes)
     import sys
 
-    _p = argparse.ArgumentParser(prog="python -m verispec.distill")
-    add_distill_arguments(_p)
-    sys.exit(run_from_args(_p.parse_args()))
+    from .cli import main
+
+    sys.exit(main(["distill", *sys.argv[1:]]))

@@ -39,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--draft", default="default",
                    help="draft model name/path, 'eagle' (the built-in EAGLE head) or an EAGLE head directory, "
                         "'ngram' (prompt lookup), 'hybrid' (prompt lookup, then smollm2-135m-draft), 'NAME+ngram', "
-                        "'none' (target only) or 'default' (prompt lookup, the fastest measured together with eagle+ngram)")
+                        "'none' (target only) or 'default' (the fastest measured for a built-in target: eagle+ngram "
+                        "for smollm2-135m; prompt lookup for any other target)")
     g.add_argument("--k", default=None,
                    help="draft length: an int, 'auto' or 'heuristic'. Default: 'auto' when the text does not "
                         "depend on draft lengths (greedy, or --method gumbel), else 4 so that a seed always "
@@ -112,7 +113,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     k = parse_k(args.k)
     with console.status(f"loading {args.target} and draft {args.draft} ..."):
         target = load_causal_lm(args.target)
-        drafter = make_drafter(args.draft)
+        drafter = make_drafter(args.draft, target=args.target)
     decoder = SpeculativeDecoder(target, drafter, k=k, method=args.method)
     kwargs = dict(max_new_tokens=args.max_new_tokens, sampling=sampling, stop=args.stop, chat=args.chat)
     if args.stream:

@@ -28,7 +28,7 @@ from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
-           "agreement", "to_target_vocab", "draw_draft", "make_drafter", "load_drafter"]
+           "agreement", "to_target_vocab", "draw_draft", "make_drafter", "load_drafter", "DEFAULT_DRAFTERS"]
 
 
 @dataclass
@@ -543,18 +543,25 @@ def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDraft
     return ModelDrafter(load_causal_lm(spec, dtype=dtype))
 
 
-def make_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> Drafter | None:
+DEFAULT_DRAFTERS = {"smollm2-135m": EAGLE_DRAFT + "+ngram"}
+"""``"default"`` per built-in target: the fastest drafter measured for it (BENCHMARKS.md)."""
+
+
+def make_drafter(spec: str, *, target: str | None = None, dtype: torch.dtype = torch.float32) -> Drafter | None:
     """Build a drafter from a command-line style spec.
 
     ``"none"`` (target-only), ``"ngram"`` (prompt lookup), ``"eagle"`` (the built-in EAGLE head),
-    ``"hybrid"`` (prompt lookup, then the built-in draft model), ``"default"`` (prompt lookup:
-    for the built-in target it measured as fast as ``"eagle+ngram"`` and faster than every
-    other drafter, and it works for any target; see BENCHMARKS.md), or a model name / path
-    (see :func:`load_drafter`; ``"NAME+ngram"`` for that model behind prompt lookup).
+    ``"hybrid"`` (prompt lookup, then the built-in draft model), ``"default"`` (for a built-in
+    ``target`` its measured fastest drafter, ``DEFAULT_DRAFTERS``: the EAGLE head behind prompt
+    lookup for ``smollm2-135m``; prompt lookup for any other target, since a draft model or head
+    is made for one target), or a model name / path (see :func:`load_drafter`; ``"NAME+ngram"``
+    for that model behind prompt lookup).
     """
     if spec == "none":
         return None
-    if spec in ("ngram", "default"):
+    if spec == "default":
+        spec = DEFAULT_DRAFTERS.get(target or "", "ngram")
+    if spec == "ngram":
         return PromptLookupDrafter()
     if spec == "hybrid":
         spec = DEFAULT_DRAFT_MODEL + "+ngram"

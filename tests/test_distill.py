@@ -227,3 +227,6 @@ def test_eagle_fine_tune_starts_from_the_given_head(tiny_setup, tmp_path: Path) 
         D.distill(str(target), [str(corpus)], str(tmp_path / "x"), steps=1, **dict(TINY, init_from=str(first)))
     with pytest.raises(ValueError, match="not an EAGLE head"):
         D.distill(str(target), [str(corpus)], str(tmp_path / "y"), steps=1, **dict(kw, init_from=str(corpus)))
+    with pytest.raises(ValueError, match="made for another target"):  # the built-in head is SmolLM2-135M's
+        D.distill(str(target), [str(corpus)], str(tmp_path / "z"), steps=1, **dict(kw, init_from="eagle"))
+    assert not (tmp_path / "z" / "labels").exists()  # refused before any labelling

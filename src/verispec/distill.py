@@ -870,6 +870,11 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
     t_all = time.perf_counter()
     tgt = load_causal_lm(target)
     tgt.model.requires_grad_(False)
+    if init_files is not None:  # before any labelling: a head fits only the target it was made for
+        c, ct = init_files.head.config, tgt.model.config
+        if (c.hidden_size, c.intermediate_size) != (ct.hidden_size, ct.intermediate_size):
+            raise ValueError(f"init_from {cfg.init_from!r}: the head (hidden {c.hidden_size}) was made for another "
+                             f"target than {target!r} (hidden {ct.hidden_size})")
 
     if "label" in stages:
         train_s, held_s, info = prepare_streams(tgt.tokenizer, corpus, outp, stdlib=stdlib)
@@ -950,11 +955,6 @@ def _train_export_eagle(cfg: DistillConfig, out: Path, tgt, tr_files: list[Path]
     if not features_match_logits(tgt.model):
         raise ValueError(f"target {cfg.target!r} does not compute its logits as lm_head(final hidden state); "
                          "--arch eagle cannot use it")
-    H = tgt.model.config.hidden_size
-    if init is not None and (init.config.hidden_size != H or init.config.intermediate_size
-                             != tgt.model.config.intermediate_size):
-        raise ValueError(f"init_from {cfg.init_from!r}: the head (hidden {init.config.hidden_size}) was made for "
-                         f"another target than {cfg.target!r} (hidden {H})")
     with _progress(progress) as bar:
         task = bar.add_task("target features", total=len(tr_files) + len(he_files))
         ftr = make_features(tgt.model, tr_files, progress=bar, task=task)

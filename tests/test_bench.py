@@ -332,3 +332,15 @@ def test_quick_preset_and_explicit_overrides() -> None:
     assert (opt["ks"], opt["max_new_tokens"], opt["workload"]) == ([2], 16, "code")
     opt = _resolve(_args())
     assert opt["ks"] == [1, 2, 4, 6, 8, "auto"] and opt["max_new_tokens"] == 128 and opt["sampling"].greedy
+
+
+def test_bench_default_drafter_matches_generate(tiny_pair) -> None:
+    from rich.console import Console
+
+    from verispec.bench.command import _load_drafters
+    from verispec.models import load_causal_lm
+
+    target, _, _ = tiny_pair
+    tgt = load_causal_lm(target)
+    specs = _load_drafters(["default"], tgt, str(target), Console(quiet=True), [])
+    assert [d.label for d in specs] == ["ngram"]  # not a built-in target: prompt lookup, as in generate

@@ -30,8 +30,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--draft", action="append", metavar="DRAFT",
                    help="drafter, repeatable: a draft model name/path, an EAGLE head ('eagle' = the built-in "
                         "one, or a directory), 'ngram' (prompt lookup), 'hybrid' (prompt lookup, then "
-                        f"{DEFAULT_DRAFT_MODEL}), 'NAME+ngram' (prompt lookup, then NAME) or 'none' (target-only "
-                        "only). Default: ngram, plus each shipped draft model behind it (default target only)")
+                        f"{DEFAULT_DRAFT_MODEL}), 'NAME+ngram' (prompt lookup, then NAME), 'default' (generate's default "
+                        "for the target) or 'none' (target-only only). Default: ngram, plus each shipped draft "
+                        "model behind it (default target only)")
     g = parser.add_argument_group("workload")
     g.add_argument("--workload", help="built-in prompt set(s), comma-separated: "
                    + ", ".join(BUILTIN_WORKLOADS) + " or all (default all; --quick: code)")
@@ -114,8 +115,8 @@ def _load_prompts(args: argparse.Namespace, opt: dict) -> tuple[list[BenchPrompt
 
 
 def _load_drafters(specs: list[str] | None, target, target_name: str, console: Console, notes: list[str]):
-    from ..drafters import (BUILTIN_DRAFT_MODELS, EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter,
-                            load_drafter)
+    from ..drafters import (BUILTIN_DRAFT_MODELS, DEFAULT_DRAFTERS, EagleDrafter, HybridDrafter, ModelDrafter,
+                            PromptLookupDrafter, load_drafter)
     from ..models import ModelLoadError, load_causal_lm
     from .runner import DrafterSpec
 
@@ -153,6 +154,8 @@ def _load_drafters(specs: list[str] | None, target, target_name: str, console: C
     for spec in specs:
         if spec == "none":
             continue
+        if spec == "default":  # what `verispec generate` uses for this target
+            spec = DEFAULT_DRAFTERS.get(target_name, "ngram")
         if spec == "ngram":
             d = DrafterSpec("ngram", PromptLookupDrafter(), "ngram")
         elif spec == "hybrid" or spec.endswith("+ngram"):

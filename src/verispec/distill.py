@@ -934,11 +934,11 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
 
 def _init_head(spec: str):
     """The EAGLE head files to fine-tune from: a built-in name ("eagle") or a head directory."""
-    from .drafters import EAGLE_BUILTINS, EAGLE_DRAFT
-    from .eagle import is_eagle_dir, load_eagle_head
+    from .drafters import eagle_head_dir
+    from .eagle import load_eagle_head
 
-    path = EAGLE_BUILTINS.get(EAGLE_DRAFT if spec == "eagle" else spec, Path(spec))
-    if not is_eagle_dir(path):
+    path = eagle_head_dir(spec)
+    if path is None:
         raise ValueError(f"init_from {spec!r} is not an EAGLE head directory (no eagle_config.json)")
     return load_eagle_head(path)
 

@@ -28,7 +28,8 @@ from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
-           "agreement", "to_target_vocab", "draw_draft", "make_drafter", "load_drafter", "DEFAULT_DRAFTERS"]
+           "agreement", "to_target_vocab", "draw_draft", "make_drafter", "load_drafter", "eagle_head_dir",
+           "DEFAULT_DRAFTERS"]
 
 
 @dataclass
@@ -522,6 +523,24 @@ EAGLE_DRAFT = "smollm2-135m-eagle"
 EAGLE_BUILTINS = {EAGLE_DRAFT: Path(__file__).parent / "data" / EAGLE_DRAFT}
 
 
+def eagle_head_dir(spec: str) -> Path | None:
+    """The EAGLE head directory ``spec`` names (``"eagle"`` or a built-in head's name, or a
+    directory written by ``save_eagle_head``), or None if it names none.
+
+    Raises:
+        ModelLoadError: ``spec`` names a built-in head that is not installed.
+    """
+    from .models import ModelLoadError
+
+    name = EAGLE_DRAFT if spec == "eagle" else spec
+    if name in EAGLE_BUILTINS:
+        path = EAGLE_BUILTINS[name]
+        if not is_eagle_dir(path):
+            raise ModelLoadError(f"built-in EAGLE head {name!r} is not installed (expected {path})")
+        return path
+    return Path(spec) if is_eagle_dir(spec) else None
+
+
 def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDrafter | EagleDrafter:
     """A model drafter from a name or path: an :class:`EagleDrafter` for EAGLE heads (``"eagle"``
     is the built-in one), else a :class:`ModelDrafter` over ``load_causal_lm(spec)``.
@@ -529,17 +548,11 @@ def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDraft
     Raises:
         ModelLoadError: the model cannot be loaded (the message names the argument).
     """
-    from .models import ModelLoadError, load_causal_lm
+    from .models import load_causal_lm
 
-    if spec == "eagle":
-        spec = EAGLE_DRAFT
-    if spec in EAGLE_BUILTINS:
-        path = EAGLE_BUILTINS[spec]
-        if not is_eagle_dir(path):
-            raise ModelLoadError(f"built-in EAGLE head {spec!r} is not installed (expected {path})")
-        return EagleDrafter(load_eagle_head(path, dtype=dtype), name=spec)
-    if is_eagle_dir(spec):
-        return EagleDrafter(load_eagle_head(spec, dtype=dtype), name=Path(spec).name)
+    head_dir = eagle_head_dir(spec)
+    if head_dir is not None:  # a built-in head's directory is named after it
+        return EagleDrafter(load_eagle_head(head_dir, dtype=dtype), name=head_dir.name)
     return ModelDrafter(load_causal_lm(spec, dtype=dtype))
 
 

@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 
-from .models import CausalLM, ModelLoadError, fast_small_linears, gqa_attention
+from .models import CausalLM, ModelLoadError, fast_small_linears, gqa_attention, pack_weight, packed_linear
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
@@ -117,7 +117,7 @@ class EagleDraftModel(nn.Module):
         self.head = head
         self.embed = embed  # shared with the target, not copied
         self.register_buffer("out_rows", out_rows, persistent=False)  # [V_map, H]
-        self.packed_out = _pack(out_rows)  # oneDNN layout for few rows (8191 rows: 0.4-0.5 vs 1.1-1.5 ms, one row)
+        self.packed_out = pack_weight(out_rows)  # oneDNN layout for few rows (8191 rows: 0.4-0.5 vs 1.1-1.5 ms, one row)
 
     @property
     def config(self) -> LlamaConfig:
@@ -139,20 +139,10 @@ class EagleDraftModel(nn.Module):
         keep = f_hat if logits_to_keep == 0 else f_hat[:, -logits_to_keep:]
         flat = keep.reshape(-1, keep.shape[-1])
         if self.packed_out is not None and flat.shape[0] <= 32 and flat.dtype == torch.float32:
-            logits = torch.ops.mkldnn._linear_pointwise(flat, self.packed_out, None, "none", [], "")
+            logits = packed_linear(flat, self.packed_out)
         else:
             logits = torch.mm(self.out_rows, flat.t()).t()  # few rows: W @ x.T is the fast layout
         return logits.reshape(*keep.shape[:-1], -1), f_hat
-
-
-def _pack(weight: torch.Tensor) -> torch.Tensor | None:
-    """A oneDNN-packed copy of a float32 CPU ``[out, in]`` weight, or None where unsupported."""
-    if weight.dtype != torch.float32 or weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
-        return None
-    try:
-        return torch.ops.mkldnn._reorder_linear_weight(weight, 8)
-    except (AttributeError, RuntimeError):
-        return None
 
 
 # ----------------------------------------------------------------------------------------------

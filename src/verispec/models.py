@@ -39,6 +39,8 @@ __all__ = [
     "cache_dir",
     "fast_small_linears",
     "gqa_attention",
+    "pack_weight",
+    "packed_linear",
     "fast_lm_head",
     "load_causal_lm",
 ]
@@ -207,7 +209,8 @@ def _sdpa_gqa_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
 def gqa_attention(model: nn.Module) -> bool:
     """Switch a CPU model that runs HF's ``"sdpa"`` attention to :func:`_sdpa_gqa_forward` (same
     masks, same kernel, bit-identical outputs; for SmolLM2-135M a 9-token pass took ~6 ms (7%)
-    less, a 5-token one the same within noise: ``python -m verispec.bench.pass_costs``). Returns whether it switched; other models and attention types are left alone."""
+    less, a 5-token one the same within noise: ``python -m verispec.bench.pass_costs``).
+    Returns whether it switched; other models and attention types are left alone."""
     config = getattr(model, "config", None)
     if (config is None or getattr(config, "_attn_implementation", None) != "sdpa"
             or not hasattr(model, "set_attn_implementation") or next(model.parameters()).device.type != "cpu"):
@@ -248,14 +251,29 @@ def fast_lm_head(model: nn.Module) -> None:
         head.forward = types.MethodType(_fast_linear_forward, head)  # type: ignore[method-assign]
 
 
+def pack_weight(weight: torch.Tensor, pack_rows: int = 8) -> torch.Tensor | None:
+    """A oneDNN-packed copy of a float32 CPU ``[out, in]`` weight for :func:`packed_linear`, or
+    None where unsupported (another dtype or device, or a torch build without these ops)."""
+    if weight.dtype != torch.float32 or weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), pack_rows)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x [N, in] @ W.T (+ bias)`` -> ``[N, out]`` with W packed by :func:`pack_weight` (float32)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
 def _small_linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """The layer's own forward, except ``min_rows..max_rows`` float32 rows go through the
     oneDNN-packed weight."""
     rows = x.numel() // x.shape[-1]
     if not self.min_rows <= rows <= self.max_rows or x.dtype != torch.float32 or self.weight.dtype != torch.float32:
         return self.unpacked_forward(x)
-    out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), self.packed_weight, self.bias,
-                                             "none", [], "")
+    out = packed_linear(x.reshape(rows, x.shape[-1]), self.packed_weight, self.bias)
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
@@ -286,9 +304,8 @@ def fast_small_linears(model: nn.Module, max_rows: int = 16, pack_rows: int = 8,
                 or (own_forward is not None and getattr(own_forward, "__func__", None) is not _fast_linear_forward)
                 or mod.weight.dtype != torch.float32 or mod.weight.device.type != "cpu"):
             continue
-        try:
-            packed = torch.ops.mkldnn._reorder_linear_weight(mod.weight.detach(), pack_rows)
-        except (AttributeError, RuntimeError):  # a torch build without these oneDNN ops
+        packed = pack_weight(mod.weight, pack_rows)
+        if packed is None:  # a torch build without these oneDNN ops
             return changed
         mod.packed_weight = packed
         mod.min_rows, mod.max_rows = (1, head_max_rows) if mod is head else (2, max_rows)

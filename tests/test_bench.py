@@ -91,9 +91,11 @@ def test_metrics_from_stats_hand_computed() -> None:
     assert cost_ratio(0.002, 0, 20, 0.1) == pytest.approx(0.001)
     assert math.isnan(cost_ratio(0.0, 0, 0, 0.1))
 
-    st = GenerationStats(drafted=8, accepted=6, emitted=10, target_forwards=4, row_steps=4,
-                         slot_drafted=[4, 4], slot_accepted=[4, 2])
-    assert st.alpha == 0.75 and st.tau == 2.5 and st.per_position_acceptance == [1.0, 0.5]
+    # Four passes of K = 2 accepting 2, 1, 0, 0 drafts: 3 accepted of 6 tested (3 rejections), of 8 drafted.
+    st = GenerationStats(drafted=8, accepted=3, rejected=3, emitted=7, target_forwards=4, row_steps=4,
+                         slot_drafted=[4, 4], slot_tested=[4, 2], slot_accepted=[2, 1])
+    assert st.alpha == 0.5 and st.draft_acceptance == 3 / 8 and st.tau == 7 / 4
+    assert st.per_position_acceptance == [0.5, 0.5]
 
 
 def test_analysis_aggregates_hand_made_run() -> None:
@@ -104,12 +106,12 @@ def test_analysis_aggregates_hand_made_run() -> None:
     prompts = [BenchPrompt("p1", "x", "a"), BenchPrompt("p2", "y", "b")]
     cfgs = [BenchConfig("target-only", "verispec", None, None), BenchConfig("ngram k=2", "verispec", "ngram", 2)]
 
-    def stats(n, wall, drafted=0, accepted=0, forwards=None, widths=None):
-        s = GenerationStats(drafted=drafted, accepted=accepted, emitted=n, target_forwards=forwards or n,
-                            row_steps=forwards or n, wall=wall, time_target=wall * 0.8, time_draft=0.001 * drafted)
+    def stats(n, wall, drafted=0, accepted=0, rejected=0, forwards=None, widths=None, slots=([], [], [])):
+        s = GenerationStats(drafted=drafted, accepted=accepted, rejected=rejected, emitted=n,
+                            target_forwards=forwards or n, row_steps=forwards or n, wall=wall, time_target=wall * 0.8,
+                            time_draft=0.001 * drafted)
         s.verify_width_seconds = widths or {1: [0.1] * (forwards or n)}
-        s.slot_drafted, s.slot_accepted = ([drafted // 2, drafted // 2], [accepted // 2 + 1, accepted // 2 - 1]) \
-            if drafted else ([], [])
+        s.slot_drafted, s.slot_tested, s.slot_accepted = slots
         return s
 
     ms = [
@@ -117,9 +119,11 @@ def test_analysis_aggregates_hand_made_run() -> None:
         Measurement("p1", "x", "target-only", 1, [1] * 10, 3.0, "length", stats(10, 3.0)),  # median of 1, 3 = 2
         Measurement("p2", "y", "target-only", 0, [2] * 10, 2.0, "length", stats(10, 2.0)),
         Measurement("p1", "x", "ngram k=2", 0, [1] * 10, 1.0, "length",
-                    stats(10, 1.0, drafted=8, accepted=6, forwards=4, widths={3: [0.15] * 4})),
+                    stats(10, 1.0, drafted=8, accepted=6, rejected=2, forwards=4, widths={3: [0.15] * 4},
+                          slots=([4, 4], [4, 4], [4, 2]))),  # passes accept 2, 2, 1, 1
         Measurement("p2", "y", "ngram k=2", 0, [2] * 9 + [3], 1.0, "length",
-                    stats(10, 1.0, drafted=8, accepted=2, forwards=6, widths={3: [0.15] * 6})),
+                    stats(10, 1.0, drafted=8, accepted=2, rejected=4, forwards=6, widths={3: [0.15] * 6},
+                          slots=([4, 4], [4, 2], [2, 0]))),  # 4 drafting passes accept 1, 1, 0, 0
     ]
     run = bench_runner.BenchRun("t", prompts, {"p1": [1], "p2": [2]}, cfgs,
                                 BenchSettings(sampling=SamplingParams(temperature=0.0), ks=(2,)), ms)
@@ -128,12 +132,13 @@ def test_analysis_aggregates_hand_made_run() -> None:
     assert base["tokens_per_s"] == pytest.approx(20 / 4.0)  # 20 tokens over 2 + 2 s
     assert spec["tokens_per_s"] == pytest.approx(20 / 2.0)
     assert spec["speedup"] == pytest.approx(2.0)
-    assert spec["alpha"] == pytest.approx(8 / 16)
+    assert spec["alpha"] == pytest.approx(8 / 14)  # accepted / (accepted + rejected), pooled
+    assert spec["draft_acceptance"] == pytest.approx(8 / 16)
     assert spec["tau"] == pytest.approx(20 / 10)
     assert rep["theory"]["verify_ratio"] == {1: 1.0, 3: pytest.approx(1.5)}
     assert spec["c"] == pytest.approx((0.016 / 16) / 0.1)  # point mass: lookup time per drafted token / v(1)
-    assert spec["predicted_speedup"] == pytest.approx(predicted_speedup(0.5, 2, spec["c"], 1.5))
-    assert spec["per_position_acceptance"] == [pytest.approx(6 / 8), pytest.approx(2 / 8)]
+    assert spec["predicted_speedup"] == pytest.approx(predicted_speedup(8 / 14, 2, spec["c"], 1.5))
+    assert spec["per_position_acceptance"] == [pytest.approx(6 / 8), pytest.approx(2 / 6)]
     # p2's speculative output differs at token 9: loudly reported, and the summary says False.
     assert spec["outputs_equal"] is False
     assert spec["mismatches"] == [{"prompt_id": "p2", "repeat": 0, "first_difference": 9,

@@ -9,7 +9,7 @@ import torch
 from scipy import stats as sps
 
 from verispec.drafters import EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
-from verispec.engine import SpeculativeDecoder
+from verispec.engine import GenerationStats, SpeculativeDecoder
 from verispec.sampling import SamplingParams, logits_to_probs
 from verispec.testing import EOS_ID, tiny_eagle, tiny_llama
 
@@ -229,6 +229,30 @@ def test_stats_add_up(tiny_target, tiny_draft):
     assert math.isclose(st.wall, st.time_prefill + st.time_target + st.time_draft + st.time_verify + st.time_other)
     pos = st.per_position_acceptance
     assert all(0 <= a <= 1 for a in pos)
+    # Tested = drafted with every earlier draft accepted: one rejection per row-pass that stopped early.
+    assert sum(st.slot_tested) == st.tested == st.accepted + st.rejected
+    assert all(a <= t <= d for a, t, d in zip(st.slot_accepted, st.slot_tested, st.slot_drafted))
+    assert st.alpha >= st.draft_acceptance
+
+
+def test_alpha_estimates_leviathans_per_token_acceptance() -> None:
+    """Drafts accepted independently with probability a, testing stopping at the first rejection
+    (Leviathan's model): alpha recovers a, tau matches E(a, K), accepted / drafted does not."""
+    from types import SimpleNamespace
+
+    from verispec.bench.theory import expected_tokens
+
+    B, K, a = 20_000, 4, 0.7
+    passes = torch.rand(B, K, generator=torch.Generator().manual_seed(0)) < a  # [B, K]
+    accepted = passes.to(torch.int64).cumprod(1).bool()  # [B, K] the accepted prefix
+    st = GenerationStats()
+    SpeculativeDecoder._account(st, SimpleNamespace(accepted=accepted, num_accepted=accepted.sum(1)),
+                                torch.full((B,), K), torch.ones(B, dtype=torch.bool))
+    st.emitted = st.accepted + st.row_steps
+    assert st.alpha == pytest.approx(a, abs=0.01)
+    assert st.per_position_acceptance == pytest.approx([a] * K, abs=0.02)
+    assert st.tau == pytest.approx(expected_tokens(a, K), abs=0.02)
+    assert st.draft_acceptance == pytest.approx((expected_tokens(a, K) - 1) / K, abs=0.01)  # ~0.48, not 0.7
 
 
 @pytest.mark.parametrize(

@@ -798,7 +798,7 @@ def measure_cost(target, draft, prompt: str = "def fibonacci(n):\n    ", steps: 
 
 def measure_acceptance(target, drafter, *, workloads: str = "code,chat,grounded", limit: int = 2,
                        max_new_tokens: int = 48, k: int = 4) -> dict[str, dict[str, float]]:
-    """alpha and tau of ``drafter`` with the engine (greedy, fixed ``k``) on the first ``limit``
+    """alpha (per tested token), draft acceptance and tau of ``drafter`` with the engine (greedy, fixed ``k``) on the first ``limit``
     prompts of each built-in bench workload, one batch per workload."""
     from .bench.workloads import load_workload
     from .engine import SpeculativeDecoder
@@ -811,7 +811,8 @@ def measure_acceptance(target, drafter, *, workloads: str = "code,chat,grounded"
         room = getattr(target.model.config, "max_position_embeddings", 1 << 30) - max_new_tokens
         ids = [dec.encode([p.text], chat=p.chat)[0][-room:] for p in prompts]  # (tiny test models: short context)
         st = dec.generate(ids, max_new_tokens, SamplingParams(temperature=0.0)).stats
-        out[name] = {"alpha": st.alpha, "tau": st.tau, "drafted": st.drafted, "emitted": st.emitted}
+        out[name] = {"alpha": st.alpha, "draft_acceptance": st.draft_acceptance, "tau": st.tau, "drafted": st.drafted,
+                     "emitted": st.emitted}
     return out
 
 
@@ -1055,7 +1056,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         console.print(f"draft step {c['draft_step_s'] * 1e3:.2f} ms, target step {c['target_step_s'] * 1e3:.1f} ms, "
                       f"c = {c['c']:.3f}")
     for name, a in s.get("acceptance", {}).items():
-        console.print(f"{name} prompts, greedy, k=4: alpha {a['alpha']:.3f}, tau {a['tau']:.2f}")
+        console.print(f"{name} prompts, greedy, k=4: alpha {a['alpha']:.3f} (accepted / drafted "
+                      f"{a['draft_acceptance']:.3f}), tau {a['tau']:.2f}")
     if "size_bytes" in s:
         console.print(f"wrote {args.out} ({s['size_bytes'] / 1e6:.1f} MB)")
     return 0

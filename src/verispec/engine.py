@@ -48,13 +48,21 @@ KPolicy = int | str  # an int, "heuristic" or "auto"
 class GenerationStats:
     """What one ``generate`` call did. Times are seconds of wall clock.
 
-    ``alpha`` = accepted / drafted; ``tau`` = emitted tokens per row per target forward (prefill
-    excluded; 1 for target-only decoding); ``per_position_acceptance[i]`` = P(draft slot i
-    accepted | slot i drafted).
+    A draft token is *tested* when every draft before it in its row was accepted; testing
+    stops at the first rejection, so the drafts after it are never compared with the target.
+
+    * ``alpha`` = accepted / tested = accepted / (accepted + rejected): the per-token acceptance
+      rate of Leviathan et al., the alpha of ``E = (1 - alpha^(K+1)) / (1 - alpha)`` (its
+      maximum-likelihood estimate when each tested token is accepted independently);
+    * ``draft_acceptance`` = accepted / drafted (vLLM's "draft acceptance rate"): lower than
+      alpha whenever drafts follow a rejection, e.g. 0.38 for alpha 0.65 at K = 4;
+    * ``tau`` = emitted tokens per row per target forward (prefill excluded; 1 for target-only);
+    * ``per_position_acceptance[i]`` = P(draft slot i accepted | slots < i accepted).
     """
 
     drafted: int = 0
     accepted: int = 0
+    rejected: int = 0  # row-passes whose drafts met a rejection (one per such row and pass)
     emitted: int = 0
     target_forwards: int = 0
     row_steps: int = 0  # sum over target forwards of the rows still generating
@@ -66,12 +74,21 @@ class GenerationStats:
     time_draft: float = 0.0
     time_verify: float = 0.0
     slot_drafted: list[int] = field(default_factory=list)
+    slot_tested: list[int] = field(default_factory=list)  # slot drafted and every slot before it accepted
     slot_accepted: list[int] = field(default_factory=list)
     k_history: list[int] = field(default_factory=list)
     verify_width_seconds: dict[int, list[float]] = field(default_factory=dict)
 
     @property
+    def tested(self) -> int:
+        return self.accepted + self.rejected
+
+    @property
     def alpha(self) -> float:
+        return self.accepted / self.tested if self.tested else float("nan")
+
+    @property
+    def draft_acceptance(self) -> float:
         return self.accepted / self.drafted if self.drafted else float("nan")
 
     @property
@@ -88,13 +105,13 @@ class GenerationStats:
 
     @property
     def per_position_acceptance(self) -> list[float]:
-        return [a / d if d else float("nan") for a, d in zip(self.slot_accepted, self.slot_drafted)]
+        return [a / t if t else float("nan") for a, t in zip(self.slot_accepted, self.slot_tested)]
 
     def as_dict(self) -> dict:
-        keys = ("drafted", "accepted", "emitted", "target_forwards", "row_steps", "draft_forwards", "iterations", "wall",
+        keys = ("drafted", "accepted", "rejected", "emitted", "target_forwards", "row_steps", "draft_forwards", "iterations", "wall",
                 "time_prefill", "time_target", "time_draft", "time_verify")
         d = {k: getattr(self, k) for k in keys}
-        d.update(alpha=self.alpha, tau=self.tau, time_other=self.time_other,
+        d.update(alpha=self.alpha, draft_acceptance=self.draft_acceptance, tau=self.tau, time_other=self.time_other,
                  tokens_per_second=self.tokens_per_second, per_position_acceptance=self.per_position_acceptance)
         return d
 
@@ -397,17 +414,21 @@ class SpeculativeDecoder:
         stats.row_steps += int(active.sum())
         n_draft = n_draft * active
         stats.drafted += int(n_draft.sum())
-        acc = out.accepted & active[:, None]
+        acc = out.accepted & active[:, None]  # [B, K], a prefix of each row's drafts
         stats.accepted += int(acc.sum())
+        stats.rejected += int(((out.num_accepted < n_draft) & active).sum())
         K = out.accepted.shape[1]
         while len(stats.slot_drafted) < K:
             stats.slot_drafted.append(0)
+            stats.slot_tested.append(0)
             stats.slot_accepted.append(0)
-        drafted_slots = (torch.arange(K)[None] < n_draft[:, None]).sum(0).tolist()
-        accepted_slots = acc.sum(0).tolist()
-        for i in range(K):
-            stats.slot_drafted[i] += drafted_slots[i]
-            stats.slot_accepted[i] += accepted_slots[i]
+        slots = torch.arange(K)[None]  # [1, K]
+        drafted = slots < n_draft[:, None]  # [B, K]
+        tested = drafted & (slots <= out.num_accepted[:, None])  # slot i tested iff slots < i accepted
+        for i, (d, t, a) in enumerate(zip(drafted.sum(0).tolist(), tested.sum(0).tolist(), acc.sum(0).tolist())):
+            stats.slot_drafted[i] += d
+            stats.slot_tested[i] += t
+            stats.slot_accepted[i] += a
         if K:
             stats.k_history.append(int(n_draft.max()))
 

@@ -2,7 +2,8 @@
 
 Aggregation (Spec-Bench style): a config's tokens/s = total tokens / total wall over prompts,
 each prompt's wall the median over repeats; speedup = that over the target-only tokens/s on
-the same prompts in the same run. alpha, tau and per-position acceptance pool the counts of
+the same prompts in the same run. alpha (accepted / tested, Leviathan's per-token acceptance),
+the draft acceptance (accepted / drafted), tau and per-position acceptance pool the counts of
 every generation of a config. Verify costs ``v(w)`` are medians of all target passes of width
 ``w`` in the run (all verispec configs pooled, same model and machine), ``v(1)`` from them too.
 """
@@ -81,14 +82,16 @@ def analyse(run: BenchRun) -> dict:
     drafters: dict[str, dict] = {}
     for r in configs:
         if r["engine"] == "verispec" and r["drafter"] is not None and r["drafted"]:
-            d = drafters.setdefault(r["drafter"], {"drafted": 0, "accepted": 0, "time_draft": 0.0, "draft_steps": 0})
+            d = drafters.setdefault(r["drafter"], {"drafted": 0, "accepted": 0, "rejected": 0, "time_draft": 0.0,
+                                                   "draft_steps": 0})
             d["drafted"] += r["drafted"]
             d["accepted"] += r["accepted"]
+            d["rejected"] += r["rejected"]
             d["time_draft"] += r["time_draft"]
             d["draft_steps"] += r["draft_forwards"] or r["drafted"]
     theory = {"v1_seconds": _nan_to_none(v1), "verify_seconds": v_sec, "verify_ratio": v_ratio, "drafters": {}}
     for name, d in drafters.items():
-        alpha = d["accepted"] / d["drafted"]
+        alpha = d["accepted"] / (d["accepted"] + d["rejected"])
         c = cost_ratio(d["time_draft"], d["draft_steps"], d["draft_steps"], v1)
         entry = {"alpha": alpha, "c": _nan_to_none(c)}
         if math.isfinite(c):
@@ -161,9 +164,10 @@ def _per_prompt(ms: list[Measurement]) -> dict[str, dict]:
         out[pid] = {
             "category": g[0].category, "n_tokens": n, "wall": wall, "walls": [m.wall for m in g],
             "tokens_per_s": n / wall if wall > 0 else None, "repeats": len(g), "finish_reason": g[0].finish_reason,
-            "alpha": _nan_to_none(safe_ratio(st["accepted"], st["drafted"])) if st else None,
+            "alpha": _nan_to_none(safe_ratio(st["accepted"], st["accepted"] + st["rejected"])) if st else None,
+            "draft_acceptance": _nan_to_none(safe_ratio(st["accepted"], st["drafted"])) if st else None,
             "tau": _nan_to_none(safe_ratio(st["emitted"], st["row_steps"])) if st else None,
-            **({k: st[k] for k in ("drafted", "accepted", "target_forwards", "draft_forwards", *_TIME_KEYS)} if st else {}),
+            **({k: st[k] for k in ("drafted", "accepted", "rejected", "target_forwards", "draft_forwards", *_TIME_KEYS)} if st else {}),
         }
     return out
 
@@ -172,13 +176,13 @@ def _sum_stats(stats: Iterable[GenerationStats]) -> dict | None:
     stats = list(stats)
     if not stats:
         return None
-    keys = ("drafted", "accepted", "emitted", "target_forwards", "row_steps", "draft_forwards", "wall",
+    keys = ("drafted", "accepted", "rejected", "emitted", "target_forwards", "row_steps", "draft_forwards", "wall",
             "time_prefill", "time_target", "time_draft", "time_verify")
     out = {k: sum(getattr(s, k) for s in stats) for k in keys}
     out["time_other"] = sum(s.time_other for s in stats)
     n = max((len(s.slot_drafted) for s in stats), default=0)
-    out["slot_drafted"] = [sum(s.slot_drafted[i] for s in stats if i < len(s.slot_drafted)) for i in range(n)]
-    out["slot_accepted"] = [sum(s.slot_accepted[i] for s in stats if i < len(s.slot_accepted)) for i in range(n)]
+    for key in ("slot_drafted", "slot_tested", "slot_accepted"):
+        out[key] = [sum(getattr(s, key)[i] for s in stats if i < len(getattr(s, key))) for i in range(n)]
     return out
 
 
@@ -202,18 +206,20 @@ def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, base: dict, v
     }
     st = _sum_stats(m.stats for m in ms if m.stats is not None)
     if st is None:  # HF: only tokens and time
-        row.update(alpha=None, tau=None, drafted=None, accepted=None, draft_forwards=None, predicted_speedup=None)
+        row.update(alpha=None, draft_acceptance=None, tau=None, drafted=None, accepted=None, rejected=None,
+                   draft_forwards=None, predicted_speedup=None)
         return row
-    alpha = safe_ratio(st["accepted"], st["drafted"])
+    alpha = safe_ratio(st["accepted"], st["accepted"] + st["rejected"])  # per tested token (Leviathan)
     tau = safe_ratio(st["emitted"], st["row_steps"])
     mean_k = safe_ratio(st["drafted"], st["row_steps"])  # drafted tokens per target pass
     c = cost_ratio(st["time_draft"], st["draft_forwards"], st["drafted"], v1)
     row.update(
-        alpha=_nan_to_none(alpha), tau=_nan_to_none(tau), mean_k=_nan_to_none(mean_k),
-        drafted=st["drafted"], accepted=st["accepted"], emitted=st["emitted"],
+        alpha=_nan_to_none(alpha), draft_acceptance=_nan_to_none(safe_ratio(st["accepted"], st["drafted"])),
+        tau=_nan_to_none(tau), mean_k=_nan_to_none(mean_k),
+        drafted=st["drafted"], accepted=st["accepted"], rejected=st["rejected"], emitted=st["emitted"],
         target_forwards=st["target_forwards"], draft_forwards=st["draft_forwards"],
-        per_position_acceptance=[_nan_to_none(safe_ratio(a, d)) for a, d in zip(st["slot_accepted"], st["slot_drafted"])],
-        slot_drafted=st["slot_drafted"], slot_accepted=st["slot_accepted"],
+        per_position_acceptance=[_nan_to_none(safe_ratio(a, t)) for a, t in zip(st["slot_accepted"], st["slot_tested"])],
+        slot_drafted=st["slot_drafted"], slot_tested=st["slot_tested"], slot_accepted=st["slot_accepted"],
         time_breakdown={k: st[k] for k in ("wall", *_TIME_KEYS)},
         time_draft=st["time_draft"],
         target_step_ms=_nan_to_none(1e3 * safe_ratio(st["time_target"], st["target_forwards"])),

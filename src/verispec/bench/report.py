@@ -40,8 +40,10 @@ def print_report(report: dict, console: Console) -> None:
              f"method {report['settings']['method']})")
     if report["partial"]:
         title += " [PARTIAL: interrupted]"
-    t = Table(title=title)
-    for col in ("config", "K", "tok/s", "speedup", "alpha", "tau", "c", "v(K+1)/v(1)", "predicted", "vs HF", "equal"):
+    t = Table(title=title, caption="alpha = accepted / tested drafts (Leviathan's per-token acceptance; a draft is "
+                                   "tested when all before it were accepted), acc/draft = accepted / drafted")
+    for col in ("config", "K", "tok/s", "speedup", "alpha", "acc/draft", "tau", "c", "v(K+1)/v(1)", "predicted", "vs HF",
+                "equal"):
         t.add_column(col, justify="left" if col == "config" else "right")
     best = s["best"]
     for r in rows:
@@ -53,7 +55,8 @@ def print_report(report: dict, console: Console) -> None:
         t.add_row(
             ("[bold]" if is_best else "") + r["config"] + (" *" if is_best else ""),
             k, _f(r["tokens_per_s"]), "1.00" if r["drafter"] is None else _f(r["speedup"], ".2f") + "x",
-            _f(r.get("alpha")), _f(r.get("tau")), _f(r.get("c"), ".3f"), _f(r.get("verify_ratio")),
+            _f(r.get("alpha")), _f(r.get("draft_acceptance")), _f(r.get("tau")), _f(r.get("c"), ".3f"),
+            _f(r.get("verify_ratio")),
             _f(r.get("predicted_speedup"), ".2f") + ("x" if r.get("predicted_speedup") is not None else ""),
             _f(r.get("vs_hf"), ".2f") + ("x" if r.get("vs_hf") is not None else ""), eq,
         )
@@ -198,7 +201,8 @@ def _json_default(x):
 
 
 CSV_COLUMNS = ("prompt_id", "category", "config", "engine", "drafter", "k", "repeats", "n_tokens", "wall_s",
-               "tokens_per_s", "speedup", "alpha", "tau", "drafted", "accepted", "target_forwards",
+               "tokens_per_s", "speedup", "alpha", "draft_acceptance", "tau", "drafted", "accepted", "rejected",
+               "target_forwards",
                "draft_forwards", "time_prefill", "time_target", "time_draft", "time_verify", "time_other",
                "finish_reason", "equal_to_baseline")
 
@@ -278,7 +282,7 @@ def _plots(report: dict, out: Path) -> list[Path]:
             ax.plot(xs, [a for a in acc if a is not None], "o-", ms=3, label=r["config"],
                     color=colors[drafters.index(r["drafter"]) % len(colors)], alpha=0.4 + 0.6 * (i % 3) / 2)
     ax.set_xlabel("draft position")
-    ax.set_ylabel("P(accepted | drafted)")
+    ax.set_ylabel("P(accepted | earlier drafts accepted)")
     ax.set_ylim(0, 1.02)
     ax.set_title("per-position acceptance")
     if spec:

@@ -21,6 +21,7 @@ from verispec.bench.theory import (
     median_widths,
     optimal_k,
     predicted_speedup,
+    predicted_speedup_over_lengths,
     verify_cost,
 )
 from verispec.bench.workloads import (
@@ -58,6 +59,19 @@ def test_leviathan_theorem_3_8_values() -> None:
     assert predicted_speedup(0.6, 4, 0.0, verify=1.5) == pytest.approx(expected_tokens(0.6, 4) / 1.5)
     # A free, always-accepted draft: K + 1 tokens per pass.
     assert predicted_speedup(1.0, 4, 0.0) == 5.0
+
+
+def test_prediction_over_measured_draft_lengths() -> None:
+    ratios = {1: 1.0, 3: 1.2, 5: 1.4}
+    # Every pass at K = 4 with the draft time of 4 steps of c each: Leviathan's formula.
+    s, e, v = predicted_speedup_over_lengths(0.7, [0, 0, 0, 0, 10], 10 * 4 * 0.05, ratios)
+    assert s == pytest.approx(predicted_speedup(0.7, 4, 0.05, verify=1.4))
+    assert (e, v) == (pytest.approx(expected_tokens(0.7, 4)), pytest.approx(1.4))
+    # Prompt lookup that finds a match in half the passes: those without one emit 1 token at cost 1.
+    s, e, v = predicted_speedup_over_lengths(0.7, [5, 0, 0, 0, 5], 0.0, ratios)
+    assert s == pytest.approx((5 + 5 * expected_tokens(0.7, 4)) / (5 * 1.0 + 5 * 1.4))
+    assert e == pytest.approx((1 + expected_tokens(0.7, 4)) / 2) and v == pytest.approx(1.2)
+    assert all(math.isnan(x) for x in predicted_speedup_over_lengths(0.7, [], 0.0, ratios))
 
 
 def test_optimal_k() -> None:
@@ -106,12 +120,13 @@ def test_analysis_aggregates_hand_made_run() -> None:
     prompts = [BenchPrompt("p1", "x", "a"), BenchPrompt("p2", "y", "b")]
     cfgs = [BenchConfig("target-only", "verispec", None, None), BenchConfig("ngram k=2", "verispec", "ngram", 2)]
 
-    def stats(n, wall, drafted=0, accepted=0, rejected=0, forwards=None, widths=None, slots=([], [], [])):
+    def stats(n, wall, drafted=0, accepted=0, rejected=0, forwards=None, widths=None, slots=([], [], []), lengths=()):
         s = GenerationStats(drafted=drafted, accepted=accepted, rejected=rejected, emitted=n,
                             target_forwards=forwards or n, row_steps=forwards or n, wall=wall, time_target=wall * 0.8,
                             time_draft=0.001 * drafted)
         s.verify_width_seconds = widths or {1: [0.1] * (forwards or n)}
         s.slot_drafted, s.slot_tested, s.slot_accepted = slots
+        s.draft_lengths = list(lengths) or [forwards or n]
         return s
 
     ms = [
@@ -120,10 +135,10 @@ def test_analysis_aggregates_hand_made_run() -> None:
         Measurement("p2", "y", "target-only", 0, [2] * 10, 2.0, "length", stats(10, 2.0)),
         Measurement("p1", "x", "ngram k=2", 0, [1] * 10, 1.0, "length",
                     stats(10, 1.0, drafted=8, accepted=6, rejected=2, forwards=4, widths={3: [0.15] * 4},
-                          slots=([4, 4], [4, 4], [4, 2]))),  # passes accept 2, 2, 1, 1
+                          slots=([4, 4], [4, 4], [4, 2]), lengths=[0, 0, 4])),  # passes accept 2, 2, 1, 1
         Measurement("p2", "y", "ngram k=2", 0, [2] * 9 + [3], 1.0, "length",
                     stats(10, 1.0, drafted=8, accepted=2, rejected=4, forwards=6, widths={3: [0.15] * 6},
-                          slots=([4, 4], [4, 2], [2, 0]))),  # 4 drafting passes accept 1, 1, 0, 0
+                          slots=([4, 4], [4, 2], [2, 0]), lengths=[2, 0, 4])),  # 4 drafting passes accept 1, 1, 0, 0
     ]
     run = bench_runner.BenchRun("t", prompts, {"p1": [1], "p2": [2]}, cfgs,
                                 BenchSettings(sampling=SamplingParams(temperature=0.0), ks=(2,)), ms)
@@ -137,7 +152,11 @@ def test_analysis_aggregates_hand_made_run() -> None:
     assert spec["tau"] == pytest.approx(20 / 10)
     assert rep["theory"]["verify_ratio"] == {1: 1.0, 3: pytest.approx(1.5)}
     assert spec["c"] == pytest.approx((0.016 / 16) / 0.1)  # point mass: lookup time per drafted token / v(1)
-    assert spec["predicted_speedup"] == pytest.approx(predicted_speedup(8 / 14, 2, spec["c"], 1.5))
+    # Pass by pass: 2 passes drafted nothing (1 token, cost 1), 8 drafted 2 (E(8/14, 2) tokens, cost
+    # 1.5); drafting took 0.016 s = 0.16 one-token passes of 0.1 s.
+    assert spec["draft_lengths"] == [2, 0, 8]
+    assert spec["predicted_speedup"] == pytest.approx((2 + 8 * expected_tokens(8 / 14, 2)) / (0.16 + 2 + 8 * 1.5))
+    assert spec["verify_ratio"] == pytest.approx((2 + 8 * 1.5) / 10)
     assert spec["per_position_acceptance"] == [pytest.approx(6 / 8), pytest.approx(2 / 6)]
     # p2's speculative output differs at token 9: loudly reported, and the summary says False.
     assert spec["outputs_equal"] is False

@@ -233,6 +233,7 @@ def test_stats_add_up(tiny_target, tiny_draft):
     assert sum(st.slot_tested) == st.tested == st.accepted + st.rejected
     assert all(a <= t <= d for a, t, d in zip(st.slot_accepted, st.slot_tested, st.slot_drafted))
     assert st.alpha >= st.draft_acceptance
+    assert sum(st.draft_lengths) == st.row_steps and sum(n * h for n, h in enumerate(st.draft_lengths)) == st.drafted
 
 
 def test_alpha_estimates_leviathans_per_token_acceptance() -> None:

@@ -77,6 +77,7 @@ class GenerationStats:
     slot_tested: list[int] = field(default_factory=list)  # slot drafted and every slot before it accepted
     slot_accepted: list[int] = field(default_factory=list)
     k_history: list[int] = field(default_factory=list)
+    draft_lengths: list[int] = field(default_factory=list)  # [n] = row-passes that drafted n tokens
     verify_width_seconds: dict[int, list[float]] = field(default_factory=dict)
 
     @property
@@ -429,6 +430,10 @@ class SpeculativeDecoder:
             stats.slot_drafted[i] += d
             stats.slot_tested[i] += t
             stats.slot_accepted[i] += a
+        lengths = torch.bincount(n_draft[active.bool()], minlength=K + 1).tolist()
+        stats.draft_lengths.extend([0] * (len(lengths) - len(stats.draft_lengths)))
+        for n, count in enumerate(lengths):
+            stats.draft_lengths[n] += count
         if K:
             stats.k_history.append(int(n_draft.max()))
 

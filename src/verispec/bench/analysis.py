@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from ..engine import GenerationStats
 from .runner import BenchConfig, BenchRun, Measurement
-from .theory import cost_ratio, expected_tokens, median_widths, optimal_k, predicted_speedup, safe_ratio, verify_cost
+from .theory import cost_ratio, median_widths, optimal_k, predicted_speedup_over_lengths, safe_ratio
 
 __all__ = ["analyse"]
 
@@ -183,6 +183,8 @@ def _sum_stats(stats: Iterable[GenerationStats]) -> dict | None:
     n = max((len(s.slot_drafted) for s in stats), default=0)
     for key in ("slot_drafted", "slot_tested", "slot_accepted"):
         out[key] = [sum(getattr(s, key)[i] for s in stats if i < len(getattr(s, key))) for i in range(n)]
+    n = max((len(s.draft_lengths) for s in stats), default=0)
+    out["draft_lengths"] = [sum(s.draft_lengths[i] for s in stats if i < len(s.draft_lengths)) for i in range(n)]
     return out
 
 
@@ -225,17 +227,15 @@ def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, base: dict, v
         target_step_ms=_nan_to_none(1e3 * safe_ratio(st["time_target"], st["target_forwards"])),
         c=_nan_to_none(c),
     )
-    # Theory: Leviathan with the measured alpha, c and v(K+1)/v(1). K is the configured K for a
-    # fixed policy, and the mean drafted tokens per pass for the adaptive ones.
-    k_theory = cfg.k if isinstance(cfg.k, int) else mean_k
+    # Theory: Leviathan with the measured alpha, pass by pass over the measured draft lengths
+    # (a fixed K drafts fewer where prompt lookup finds no match), the measured draft time and
+    # v(n+1)/v(1); vr = the mean verify cost per pass.
     pred = vr = e = None
-    if cfg.drafter is not None and math.isfinite(alpha) and k_theory is not None and math.isfinite(k_theory):
-        vr = verify_cost(v_ratio, k_theory + 1) if v_ratio else None
-        e = expected_tokens(alpha, k_theory)
-        if vr is not None and math.isfinite(c):
-            pred = predicted_speedup(alpha, k_theory, c, vr)
-    row.update(k_theory=_nan_to_none(k_theory) if k_theory is not None else None, verify_ratio=vr,
-               expected_tokens=e, predicted_speedup=pred)
+    if cfg.drafter is not None and math.isfinite(alpha) and sum(st["draft_lengths"]) and v_ratio:
+        pred, e, vr = predicted_speedup_over_lengths(alpha, st["draft_lengths"], st["time_draft"] / v1, v_ratio)
+    row.update(draft_lengths=st["draft_lengths"], verify_ratio=_nan_to_none(vr) if vr is not None else None,
+               expected_tokens=_nan_to_none(e) if e is not None else None,
+               predicted_speedup=_nan_to_none(pred) if pred is not None else None)
     return row
 
 

@@ -4,11 +4,15 @@ Definitions (DESIGN.md section 2), for acceptance rate ``alpha``, draft length `
 cost ratio ``c`` and verify cost ``v(K+1)/v(1)`` (a target pass over K+1 tokens relative to one):
 
 * expected tokens per target pass  ``E = (1 - alpha^(K+1)) / (1 - alpha)``  (``K + 1`` at alpha = 1);
-* predicted speedup  ``E / (K c + v(K+1)/v(1))``; with ``v(K+1)/v(1) = 1`` this is Theorem 3.8.
+* predicted speedup  ``E / (K c + v(K+1)/v(1))``; with ``v(K+1)/v(1) = 1`` this is Theorem 3.8;
+* over measured draft lengths (prompt lookup drafts nothing without a match, adaptive K varies):
+  ``sum_n h_n E(alpha, n) / (draft time / v(1) + sum_n h_n v(n+1)/v(1))``, ``h_n`` the target
+  passes whose row drafted n tokens (:func:`predicted_speedup_over_lengths`).
 
 Measured quantities come from :class:`verispec.engine.GenerationStats`:
 
-* ``alpha = accepted / drafted``, ``tau = emitted / row_steps`` (tokens per target pass);
+* ``alpha = accepted / (accepted + rejected)`` (per tested draft token, Leviathan's alpha),
+  ``tau = emitted / row_steps`` (tokens per target pass);
 * ``v(w)`` = median seconds of the target passes of width ``w`` (``verify_width_seconds``);
 * draft step = ``time_draft / draft_forwards`` (model drafters) or ``time_draft / drafted``
   (point-mass drafters such as prompt lookup, which run no model), and ``c = draft step / v(1)``.
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
     "cost_ratio",
@@ -26,6 +30,7 @@ __all__ = [
     "median_widths",
     "optimal_k",
     "predicted_speedup",
+    "predicted_speedup_over_lengths",
     "safe_ratio",
     "verify_cost",
 ]
@@ -51,6 +56,25 @@ def predicted_speedup(alpha: float, k: float, c: float, verify: float = 1.0) -> 
     if c < 0 or verify <= 0:
         raise ValueError(f"need c >= 0 and verify > 0, got c={c}, verify={verify}")
     return expected_tokens(alpha, k) / (k * c + verify)
+
+
+def predicted_speedup_over_lengths(alpha: float, lengths: Sequence[int], draft_cost: float,
+                                   verify: Mapping[int, float] | None = None) -> tuple[float, float, float]:
+    """Leviathan's model applied pass by pass to measured draft lengths.
+
+    ``lengths[n]`` = target passes whose row drafted n tokens; ``draft_cost`` = all drafting time
+    in units of one 1-token target pass; ``verify`` as in :func:`optimal_k`. A pass drafting n
+    tokens yields ``E(alpha, n)`` tokens and costs ``v(n+1)/v(1)``. Returns (predicted speedup,
+    expected tokens per pass, mean ``v(n+1)/v(1)`` per pass); NaNs when no pass is counted.
+    With every pass at n = K and ``draft_cost`` = passes * K * c this equals
+    :func:`predicted_speedup`.
+    """
+    passes = sum(lengths)
+    if passes <= 0:
+        return math.nan, math.nan, math.nan
+    tokens = sum(h * expected_tokens(alpha, n) for n, h in enumerate(lengths) if h)
+    v = sum(h * (1.0 if verify is None else verify_cost(verify, n + 1)) for n, h in enumerate(lengths) if h)
+    return tokens / (draft_cost + v), tokens / passes, v / passes
 
 
 def optimal_k(alpha: float, c: float, verify: Mapping[int, float] | None = None, max_k: int = 12

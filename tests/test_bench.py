@@ -165,6 +165,9 @@ def test_analysis_aggregates_hand_made_run() -> None:
     assert rep["summary"]["greedy_outputs_equal"] is False
     assert rep["categories"]["x"]["ngram k=2"]["speedup"] == pytest.approx(2.0)
     assert rep["categories"]["y"]["ngram k=2"]["speedup"] == pytest.approx(2.0)
+    assert rep["categories"]["x"]["ngram k=2"]["alpha"] == pytest.approx(6 / 8)
+    assert rep["categories"]["y"]["ngram k=2"]["alpha"] == pytest.approx(2 / 6)
+    assert rep["categories"]["x"]["target-only"]["alpha"] is None
     assert rep["summary"]["best"]["k"] == 2 and rep["summary"]["vs_hf"] is None
 
 

@@ -100,7 +100,7 @@ def analyse(run: BenchRun) -> dict:
             entry.update(optimal_k=k, optimal_predicted_speedup=s, optimal_k_thm38=k_thm, optimal_speedup_thm38=s_thm)
         theory["drafters"][name] = entry
 
-    # Per category: tokens/s and speedup of every config.
+    # Per category: tokens/s, speedup and alpha (pooled over the category's prompts) of every config.
     categories: dict[str, dict] = {}
     cats = sorted({p.category for p in run.prompts}, key=[p.category for p in run.prompts].index)
     for cat in cats:
@@ -110,8 +110,11 @@ def analyse(run: BenchRun) -> dict:
             pp = per_prompt[cfg.key]
             common = ids & set(pp) & set(base)
             tps = _tps(pp, ids & set(pp))
+            acc = sum(pp[i].get("accepted") or 0 for i in ids & set(pp))
+            tested = acc + sum(pp[i].get("rejected") or 0 for i in ids & set(pp))
             out[cfg.key] = {"tokens_per_s": _nan_to_none(tps),
-                            "speedup": None if cfg.is_baseline else _nan_to_none(safe_ratio(_tps(pp, common), _tps(base, common)))}
+                            "speedup": None if cfg.is_baseline else _nan_to_none(safe_ratio(_tps(pp, common), _tps(base, common))),
+                            "alpha": _nan_to_none(safe_ratio(acc, tested)) if cfg.drafter is not None else None}
         categories[cat] = out
 
     spec = [r for r in configs if r["engine"] == "verispec" and r["drafter"] is not None and r["tokens_per_s"]]

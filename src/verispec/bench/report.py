@@ -88,7 +88,7 @@ def print_report(report: dict, console: Console) -> None:
 
     cats = report["categories"]
     if len(cats) > 1:
-        c = Table(title="tokens/s (speedup) per category")
+        c = Table(title="tokens/s (speedup, alpha) per category")
         c.add_column("config")
         for cat in cats:
             c.add_column(cat, justify="right")
@@ -96,8 +96,9 @@ def print_report(report: dict, console: Console) -> None:
             cells = []
             for cat in cats:
                 v = cats[cat].get(r["config"], {})
-                sp = v.get("speedup")
-                cells.append(_f(v.get("tokens_per_s")) + (f" ({sp:.2f}x)" if sp is not None else ""))
+                sp, al = v.get("speedup"), v.get("alpha")
+                extra = ", ".join(x for x in (sp is not None and f"{sp:.2f}x", al is not None and f"a {al:.2f}") if x)
+                cells.append(_f(v.get("tokens_per_s")) + (f" ({extra})" if extra else ""))
             c.add_row(r["config"], *cells)
         console.print(c)
 

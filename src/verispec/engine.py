@@ -109,8 +109,8 @@ class GenerationStats:
         return [a / t if t else float("nan") for a, t in zip(self.slot_accepted, self.slot_tested)]
 
     def as_dict(self) -> dict:
-        keys = ("drafted", "accepted", "rejected", "emitted", "target_forwards", "row_steps", "draft_forwards", "iterations", "wall",
-                "time_prefill", "time_target", "time_draft", "time_verify")
+        keys = ("drafted", "accepted", "rejected", "emitted", "target_forwards", "row_steps", "draft_forwards",
+                "iterations", "wall", "time_prefill", "time_target", "time_draft", "time_verify")
         d = {k: getattr(self, k) for k in keys}
         d.update(alpha=self.alpha, draft_acceptance=self.draft_acceptance, tau=self.tau, time_other=self.time_other,
                  tokens_per_second=self.tokens_per_second, per_position_acceptance=self.per_position_acceptance)

@@ -112,8 +112,9 @@ def analyse(run: BenchRun) -> dict:
             tps = _tps(pp, ids & set(pp))
             acc = sum(pp[i].get("accepted") or 0 for i in ids & set(pp))
             tested = acc + sum(pp[i].get("rejected") or 0 for i in ids & set(pp))
+            speedup = safe_ratio(_tps(pp, common), _tps(base, common))
             out[cfg.key] = {"tokens_per_s": _nan_to_none(tps),
-                            "speedup": None if cfg.is_baseline else _nan_to_none(safe_ratio(_tps(pp, common), _tps(base, common))),
+                            "speedup": None if cfg.is_baseline else _nan_to_none(speedup),
                             "alpha": _nan_to_none(safe_ratio(acc, tested)) if cfg.drafter is not None else None}
         categories[cat] = out
 
@@ -170,7 +171,8 @@ def _per_prompt(ms: list[Measurement]) -> dict[str, dict]:
             "alpha": _nan_to_none(safe_ratio(st["accepted"], st["accepted"] + st["rejected"])) if st else None,
             "draft_acceptance": _nan_to_none(safe_ratio(st["accepted"], st["drafted"])) if st else None,
             "tau": _nan_to_none(safe_ratio(st["emitted"], st["row_steps"])) if st else None,
-            **({k: st[k] for k in ("drafted", "accepted", "rejected", "target_forwards", "draft_forwards", *_TIME_KEYS)} if st else {}),
+            **({k: st[k] for k in ("drafted", "accepted", "rejected", "target_forwards", "draft_forwards", *_TIME_KEYS)}
+               if st else {}),
         }
     return out
 
@@ -223,7 +225,8 @@ def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, base: dict, v
         tau=_nan_to_none(tau), mean_k=_nan_to_none(mean_k),
         drafted=st["drafted"], accepted=st["accepted"], rejected=st["rejected"], emitted=st["emitted"],
         target_forwards=st["target_forwards"], draft_forwards=st["draft_forwards"],
-        per_position_acceptance=[_nan_to_none(safe_ratio(a, t)) for a, t in zip(st["slot_accepted"], st["slot_tested"])],
+        per_position_acceptance=[_nan_to_none(safe_ratio(a, t))
+                                 for a, t in zip(st["slot_accepted"], st["slot_tested"])],
         slot_drafted=st["slot_drafted"], slot_tested=st["slot_tested"], slot_accepted=st["slot_accepted"],
         time_breakdown={k: st[k] for k in ("wall", *_TIME_KEYS)},
         time_draft=st["time_draft"],

@@ -42,8 +42,8 @@ def print_report(report: dict, console: Console) -> None:
         title += " [PARTIAL: interrupted]"
     t = Table(title=title, caption="alpha = accepted / tested drafts (Leviathan's per-token acceptance; a draft is "
                                    "tested when all before it were accepted), acc/draft = accepted / drafted")
-    for col in ("config", "K", "tok/s", "speedup", "alpha", "acc/draft", "tau", "c", "v(K+1)/v(1)", "predicted", "vs HF",
-                "equal"):
+    for col in ("config", "K", "tok/s", "speedup", "alpha", "acc/draft", "tau", "c", "v(K+1)/v(1)", "predicted",
+                "vs HF", "equal"):
         t.add_column(col, justify="left" if col == "config" else "right")
     best = s["best"]
     for r in rows:
@@ -203,9 +203,8 @@ def _json_default(x):
 
 CSV_COLUMNS = ("prompt_id", "category", "config", "engine", "drafter", "k", "repeats", "n_tokens", "wall_s",
                "tokens_per_s", "speedup", "alpha", "draft_acceptance", "tau", "drafted", "accepted", "rejected",
-               "target_forwards",
-               "draft_forwards", "time_prefill", "time_target", "time_draft", "time_verify", "time_other",
-               "finish_reason", "equal_to_baseline")
+               "target_forwards", "draft_forwards", "time_prefill", "time_target", "time_draft", "time_verify",
+               "time_other", "finish_reason", "equal_to_baseline")
 
 
 def _csv(report: dict) -> str:

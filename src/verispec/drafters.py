@@ -29,7 +29,7 @@ from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
            "agreement", "to_target_vocab", "draw_draft", "make_drafter", "load_drafter", "eagle_head_dir",
-           "DEFAULT_DRAFTERS"]
+           "DEFAULT_DRAFTERS", "default_drafter"]
 
 
 @dataclass
@@ -560,6 +560,12 @@ DEFAULT_DRAFTERS = {"smollm2-135m": EAGLE_DRAFT + "+ngram"}
 """``"default"`` per built-in target: the fastest drafter measured for it (BENCHMARKS.md)."""
 
 
+def default_drafter(target: str | None) -> str:
+    """The drafter spec ``"default"`` stands for with ``target``: its entry in ``DEFAULT_DRAFTERS``,
+    else prompt lookup (a draft model or head is made for one target)."""
+    return DEFAULT_DRAFTERS.get(target or "", "ngram")
+
+
 def make_drafter(spec: str, *, target: str | None = None, dtype: torch.dtype = torch.float32) -> Drafter | None:
     """Build a drafter from a command-line style spec.
 
@@ -573,7 +579,7 @@ def make_drafter(spec: str, *, target: str | None = None, dtype: torch.dtype = t
     if spec == "none":
         return None
     if spec == "default":
-        spec = DEFAULT_DRAFTERS.get(target or "", "ngram")
+        spec = default_drafter(target)
     if spec == "ngram":
         return PromptLookupDrafter()
     if spec == "hybrid":

@@ -185,11 +185,9 @@ def _sum_stats(stats: Iterable[GenerationStats]) -> dict | None:
             "time_prefill", "time_target", "time_draft", "time_verify")
     out = {k: sum(getattr(s, k) for s in stats) for k in keys}
     out["time_other"] = sum(s.time_other for s in stats)
-    n = max((len(s.slot_drafted) for s in stats), default=0)
-    for key in ("slot_drafted", "slot_tested", "slot_accepted"):
-        out[key] = [sum(getattr(s, key)[i] for s in stats if i < len(getattr(s, key))) for i in range(n)]
-    n = max((len(s.draft_lengths) for s in stats), default=0)
-    out["draft_lengths"] = [sum(s.draft_lengths[i] for s in stats if i < len(s.draft_lengths)) for i in range(n)]
+    for key in ("slot_drafted", "slot_tested", "slot_accepted", "draft_lengths"):  # ragged lists: sum by index
+        lists = [getattr(s, key) for s in stats]
+        out[key] = [sum(x[i] for x in lists if i < len(x)) for i in range(max(map(len, lists)))]
     return out
 
 

@@ -115,8 +115,8 @@ def _load_prompts(args: argparse.Namespace, opt: dict) -> tuple[list[BenchPrompt
 
 
 def _load_drafters(specs: list[str] | None, target, target_name: str, console: Console, notes: list[str]):
-    from ..drafters import (BUILTIN_DRAFT_MODELS, DEFAULT_DRAFTERS, EagleDrafter, HybridDrafter, ModelDrafter,
-                            PromptLookupDrafter, load_drafter)
+    from ..drafters import (BUILTIN_DRAFT_MODELS, EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter,
+                            default_drafter, load_drafter)
     from ..models import ModelLoadError, load_causal_lm
     from .runner import DrafterSpec
 
@@ -155,7 +155,7 @@ def _load_drafters(specs: list[str] | None, target, target_name: str, console: C
         if spec == "none":
             continue
         if spec == "default":  # what `verispec generate` uses for this target
-            spec = DEFAULT_DRAFTERS.get(target_name, "ngram")
+            spec = default_drafter(target_name)
         if spec == "ngram":
             d = DrafterSpec("ngram", PromptLookupDrafter(), "ngram")
         elif spec == "hybrid" or spec.endswith("+ngram"):

@@ -58,6 +58,50 @@ def test_unrolled_training_steps_equal_what_the_drafter_computes(tiny_target, n)
     assert not torch.allclose(chain[1], outs[1][:, n + 2])  # (the comparison can fail)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fast_draft_step_equals_the_hf_modules(dtype) -> None:
+    """The drafting path (``_FastStep``: straight tensor code, oneDNN-packed float32 weights)
+    gives the HF modules' logits and features: a ragged prefill (holes -> mask), a two-token
+    feed without holes (causal mask of its own), one-token steps, and rows rolled back apart."""
+    target = tiny_llama(vocab_size=64, seed=0, dtype=dtype)
+    files = tiny_eagle(target, seed=2, vocab_map=torch.arange(0, 64, 3))
+    fast = bind_eagle(files, target)
+    ref = bind_eagle(files, target)
+    ref._step = None  # forward_hidden falls back to reference_forward_hidden
+    assert fast._step is not None
+    tol = dict(atol=1e-10, rtol=1e-10) if dtype == torch.float64 else dict(atol=2e-5, rtol=2e-5)
+    H = target.model.config.hidden_size
+    gen = torch.Generator().manual_seed(0)
+    runners = [KVRunner(fast, 2), KVRunner(ref, 2)]
+
+    def step(tokens, live=None, keep=0):
+        feats = torch.randn(*tokens.shape, H, generator=gen, dtype=torch.float64).to(dtype)
+        (lf, ff), (lr, fr) = (r.forward(tokens, live, logits_to_keep=keep, return_hidden=True, features=feats)
+                              for r in runners)
+        torch.testing.assert_close(lf, lr, **tol)
+        torch.testing.assert_close(ff, fr, **tol)
+        assert lf.shape == (2, keep or tokens.shape[1], 22)
+
+    ids = torch.randint(4, 64, (2, 7), generator=gen)
+    live = torch.ones(2, 7, dtype=torch.bool)
+    live[1, :3] = False  # row 1 is 3 tokens shorter (left-padded)
+    step(ids, live)
+    for _ in range(3):
+        step(torch.randint(4, 64, (2, 1), generator=gen), keep=1)
+    for r in runners:
+        r.truncate(torch.tensor([5, 3]))  # roll the rows back by different amounts: holes
+    step(torch.randint(4, 64, (2, 2), generator=gen), keep=1)
+    step(torch.randint(4, 64, (2, 1), generator=gen))
+    one = [KVRunner(fast, 1), KVRunner(ref, 1)]  # one row: no mask from the runner
+    ids = torch.randint(4, 64, (1, 5), generator=gen)
+    feats = torch.randn(1, 5, H, generator=gen, dtype=torch.float64).to(dtype)
+    out = [r.forward(ids[:, :3], return_hidden=True, features=feats[:, :3]) for r in one]
+    out2 = [r.forward(ids[:, 3:], return_hidden=True, features=feats[:, 3:]) for r in one]  # 2 queries on a cache
+    for a, b in (out, out2):
+        torch.testing.assert_close(a[0], b[0], **tol)
+        torch.testing.assert_close(a[1], b[1], **tol)
+
+
 def test_save_load_round_trip(tiny_target, tmp_path: Path) -> None:
     files, _ = _draft_model(tiny_target)
     vmap = torch.tensor([2, 5, 9, 11, 40])

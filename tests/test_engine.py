@@ -315,3 +315,59 @@ def test_greedy_draw_shortcut_matches_the_random_rules(method):
     want = (gumbel_argmax(torch.log(q)[:, None], seeds, positions)[:, 0] if method == "gumbel"
             else sample(q, seeds, positions, STREAM_DRAFT))
     assert draw_draft(q, ctx, positions).tolist() == want.tolist() == [3, 0, 15, 7]
+
+
+GREEDY_DRAFT_CASES = ["sorted-map", "unsorted-map", "no-map", "padded-head", "short-head"]
+
+
+@pytest.mark.parametrize("case", GREEDY_DRAFT_CASES)
+def test_greedy_draft_is_the_argmax_of_the_dense_q(case):
+    """Greedy drafters pick ``greedy_draft(logits)`` instead of building q; it must be the token
+    that ``logits_to_probs(to_target_vocab(logits))`` puts its one-hot on, ties to the lowest id."""
+    from verispec.drafters import greedy_draft, to_target_vocab
+
+    V = 40
+    gen = torch.Generator().manual_seed(GREEDY_DRAFT_CASES.index(case))
+    vmap, Vd = None, {"no-map": V, "padded-head": V + 8, "short-head": V - 10}.get(case, 12)
+    if case.endswith("map"):
+        vmap = torch.randperm(V, generator=gen)[:Vd]
+        vmap = vmap.sort().values if case == "sorted-map" else vmap
+    logits = torch.randint(0, 3, (64, Vd), generator=gen).to(torch.float64)  # many ties
+    if case == "padded-head":
+        logits[:, V:] = 9.0  # padding rows beyond the target's vocabulary never win
+    want = logits_to_probs(to_target_vocab(logits, vmap, V, torch.float64), GREEDY).argmax(-1)
+    assert greedy_draft(logits, vmap, V).tolist() == want.tolist()
+    logits[3, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        greedy_draft(logits, vmap, V)
+
+
+@pytest.mark.parametrize("kind", ["model", "eagle", "eagle-hybrid"])
+def test_greedy_drafts_are_point_masses_and_sampled_drafts_carry_q(tiny_target, tiny_draft, kind):
+    """Under greedy sampling a model draft's q is one-hot, so drafters pass none (``probs=None``,
+    the verifier's point-mass case); sampled, each q row is a distribution over the target's
+    vocabulary with the draft token in its support."""
+    for sampling in (GREEDY, SamplingParams(temperature=0.9, seed=3)):
+        dec = SpeculativeDecoder(tiny_target, drafters(tiny_draft, tiny_target)[kind], k=3)
+        seen = []
+        orig = dec.drafter.propose
+
+        def spy(*a, **kw):
+            seen.append(orig(*a, **kw))
+            return seen[-1]
+
+        dec.drafter.propose = spy
+        dec.generate(PROMPTS[:2], 12, sampling)
+        assert seen
+        for d in seen:
+            if sampling.greedy:
+                assert d.probs is None
+            elif d.probs is not None:
+                B, K = d.tokens.shape
+                assert d.probs.shape == (B, K, tiny_target.vocab_size)
+                for b in range(B):
+                    n = int(d.num_draft[b])
+                    torch.testing.assert_close(d.probs[b, :n].sum(-1), torch.ones(n, dtype=d.probs.dtype))
+                    assert bool((d.probs[b, torch.arange(n), d.tokens[b, :n]] > 0).all())
+        if not sampling.greedy:
+            assert any(d.probs is not None for d in seen)

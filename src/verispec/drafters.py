@@ -28,7 +28,7 @@ from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
-           "agreement", "to_target_vocab", "draw_draft", "make_drafter", "load_drafter", "eagle_head_dir",
+           "agreement", "to_target_vocab", "greedy_draft", "draw_draft", "make_drafter", "load_drafter", "eagle_head_dir",
            "DEFAULT_DRAFTERS", "default_drafter"]
 
 
@@ -146,6 +146,28 @@ def to_target_vocab(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int
     return torch.cat([logits, logits.new_full((logits.shape[0], V - Vd), float("-inf"))], dim=1)
 
 
+def greedy_draft(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int) -> torch.Tensor:
+    """``[B]`` the greedy draft token of draft logits ``[B, V_d]``: the argmax of
+    ``to_target_vocab(logits, vocab_map, V, ...)`` (ties to the lowest target id, as
+    :func:`logits_to_probs`), without building the ``[B, V]`` rows. Under greedy sampling q is
+    this token's point mass, so drafters pass no dense q at all (``Draft.probs = None``).
+
+    Raises:
+        ValueError: NaN or +inf logits, as :func:`logits_to_probs`.
+    """
+    x = logits if vocab_map is not None else logits[:, :V]
+    if torch.isnan(x).any() or torch.isposinf(x).any():
+        raise ValueError("draft logits contain NaN or +inf (a broken model or overflow)")
+    if torch.isneginf(x).all(-1).any():
+        raise ValueError("a row of draft logits is entirely -inf: no token can be drafted")
+    if vocab_map is None:
+        return x.argmax(-1)  # [B], the first maximum = the lowest id
+    if not bool((vocab_map[1:] > vocab_map[:-1]).all()):
+        # an unsorted map: the first maximum in row order need not be the lowest target id
+        return to_target_vocab(logits, vocab_map, V, logits.dtype).argmax(-1)
+    return vocab_map.to(logits.device)[x.argmax(-1)]
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -190,7 +212,8 @@ class ModelDrafter:
         V = self.ctx.vocab_size
         device = self.lm.model.device
         tokens = torch.zeros(B, K, dtype=torch.int64)
-        probs = torch.zeros(B, K, V, dtype=self.ctx.dtype)
+        point_mass = self.ctx.sampling.greedy  # q = one-hot on the argmax: no dense q (Draft.probs)
+        probs = None if point_mass else torch.zeros(B, K, V, dtype=self.ctx.dtype)
         if K == 0:
             return Draft(tokens, probs, k.clone(), 0)
 
@@ -203,10 +226,13 @@ class ModelDrafter:
         positions = torch.tensor([len(c) for c in self.contexts], dtype=torch.int64)  # slot 0
         logits = self.runner.forward(feed.to(device), live.to(device), logits_to_keep=1)[:, -1]
         for i in range(K):
-            q = logits_to_probs(self._logits_to_target_vocab(logits), self.ctx.sampling)  # [B, V]
-            d = draw_draft(q, self.ctx, positions + i)
+            if probs is None:
+                d = greedy_draft(logits, self.lm.vocab_map, V).cpu()
+            else:
+                q = logits_to_probs(self._logits_to_target_vocab(logits), self.ctx.sampling)  # [B, V]
+                d = draw_draft(q, self.ctx, positions + i)
+                probs[:, i] = q
             tokens[:, i] = d
-            probs[:, i] = q
             if i + 1 < K:
                 logits = self.runner.forward(d[:, None].to(device))[:, -1]
         self._fed = tokens[:, : K - 1].tolist()  # d_1..d_{K-1} went through the cache; d_K did not
@@ -389,16 +415,21 @@ class HybridDrafter:
         K = max(int(k.max()) if len(k) else 0, Kc)
         V = self.ctx.vocab_size
         tokens = torch.zeros(len(k), K, dtype=torch.int64)
-        probs = torch.zeros(len(k), K, V, dtype=self.ctx.dtype)
+        # Copies are point masses; so are the model's drafts when it passes no q (greedy): then
+        # the whole proposal is, and no dense q is built.
+        dense = drafted is not None and drafted.probs is not None
+        probs = torch.zeros(len(k), K, V, dtype=self.ctx.dtype) if dense else None
         accept = torch.full((len(k), K), float("nan"), dtype=torch.float64)
         num = torch.where(use_copy, copied.num_draft, k_model)
         if drafted is not None:
             Km = drafted.tokens.shape[1]
             tokens[:, :Km] = drafted.tokens
-            probs[:, :Km] = drafted.probs
-        one_hot = torch.zeros(len(k), Kc, V, dtype=self.ctx.dtype).scatter_(2, copied.tokens[..., None], 1.0)
+            if probs is not None:
+                probs[:, :Km] = drafted.probs
         tokens[use_copy, :Kc] = copied.tokens[use_copy]
-        probs[use_copy, :Kc] = one_hot[use_copy]
+        if probs is not None:
+            one_hot = torch.zeros(len(k), Kc, V, dtype=self.ctx.dtype).scatter_(2, copied.tokens[..., None], 1.0)
+            probs[use_copy, :Kc] = one_hot[use_copy]
         if copied.accept_prob is not None:
             accept[use_copy, :Kc] = copied.accept_prob[use_copy]
         return Draft(tokens, probs, num, drafted.forwards if drafted is not None else 0, accept)
@@ -472,7 +503,8 @@ class EagleDrafter:
         K = int(k.max()) if B else 0
         V = self.ctx.vocab_size
         tokens = torch.zeros(B, K, dtype=torch.int64)
-        probs = torch.zeros(B, K, V, dtype=self.ctx.dtype)
+        point_mass = self.ctx.sampling.greedy  # q = one-hot on the argmax: no dense q (Draft.probs)
+        probs = None if point_mass else torch.zeros(B, K, V, dtype=self.ctx.dtype)
         if K == 0:
             return Draft(tokens, probs, k.clone(), 0)
         device = self.model.device
@@ -492,11 +524,14 @@ class EagleDrafter:
         f_last = f_hat[:, -1:]  # [B, 1, H] predicted feature of the newest position
         positions = torch.tensor(self.lengths, dtype=torch.int64)  # slot 0's absolute position
         for i in range(K):
-            q = logits_to_probs(to_target_vocab(logits[:, -1], self.vocab_map, V, self.ctx.dtype),
-                                self.ctx.sampling)  # [B, V]
-            d = draw_draft(q, self.ctx, positions + i)
+            if probs is None:
+                d = greedy_draft(logits[:, -1], self.vocab_map, V).cpu()
+            else:
+                q = logits_to_probs(to_target_vocab(logits[:, -1], self.vocab_map, V, self.ctx.dtype),
+                                    self.ctx.sampling)  # [B, V]
+                d = draw_draft(q, self.ctx, positions + i)
+                probs[:, i] = q
             tokens[:, i] = d
-            probs[:, i] = q
             if i + 1 < K:  # the pair (f^, d): the head's own feature beside its own draft
                 logits, f_last = self.runner.forward(d[:, None].to(device), logits_to_keep=1,
                                                      return_hidden=True, features=f_last)

@@ -58,18 +58,26 @@ def test_unrolled_training_steps_equal_what_the_drafter_computes(tiny_target, n)
     assert not torch.allclose(chain[1], outs[1][:, n + 2])  # (the comparison can fail)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_fast_draft_step_equals_the_hf_modules(dtype) -> None:
-    """The drafting path (``_FastStep``: straight tensor code, oneDNN-packed float32 weights)
-    gives the HF modules' logits and features: a ragged prefill (holes -> mask), a two-token
-    feed without holes (causal mask of its own), one-token steps, and rows rolled back apart."""
+@pytest.mark.parametrize("dtype,weights", [(torch.float64, "auto"), (torch.float32, "fp32"),
+                                           (torch.float32, "fp16")])
+def test_fast_draft_step_equals_the_hf_modules(dtype, weights) -> None:
+    """The drafting path (``_FastStep``: straight tensor code; oneDNN-packed float32 weights, or
+    float16 copies) gives the HF modules' logits and features: a ragged prefill (holes -> mask),
+    a two-token feed without holes (causal mask of its own), one-token steps, and rows rolled
+    back apart."""
+    from verispec.models import fp16_linear
+
+    if weights == "fp16" and fp16_linear(torch.zeros(2, 2)) is None:
+        pytest.skip("this torch build has no fbgemm float16 linear")
     target = tiny_llama(vocab_size=64, seed=0, dtype=dtype)
     files = tiny_eagle(target, seed=2, vocab_map=torch.arange(0, 64, 3))
-    fast = bind_eagle(files, target)
-    ref = bind_eagle(files, target)
+    fast = bind_eagle(files, target, weights=weights)
+    ref = bind_eagle(files, target, weights="fp32")
     ref._step = None  # forward_hidden falls back to reference_forward_hidden
-    assert fast._step is not None
-    tol = dict(atol=1e-10, rtol=1e-10) if dtype == torch.float64 else dict(atol=2e-5, rtol=2e-5)
+    assert fast._step is not None and fast.fp16 == (weights == "fp16")
+    tol = {torch.float64: dict(atol=1e-10, rtol=1e-10), torch.float32: dict(atol=2e-5, rtol=2e-5)}[dtype]
+    if weights == "fp16":  # one rounding of every weight to float16 (11 significant bits)
+        tol = dict(atol=2e-3, rtol=2e-3)
     H = target.model.config.hidden_size
     gen = torch.Generator().manual_seed(0)
     runners = [KVRunner(fast, 2), KVRunner(ref, 2)]
@@ -102,6 +110,27 @@ def test_fast_draft_step_equals_the_hf_modules(dtype) -> None:
         torch.testing.assert_close(a[1], b[1], **tol)
 
 
+def test_float16_draft_weights_keep_greedy_output_exact() -> None:
+    """A float32 target drafted by the head's float16 weights (alone and behind prompt lookup):
+    greedy output still equals target-only decoding."""
+    from verispec.drafters import HybridDrafter
+    from verispec.models import fp16_linear
+
+    if fp16_linear(torch.zeros(2, 2)) is None:
+        pytest.skip("this torch build has no fbgemm float16 linear")
+    target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    prompts = ["hello world hello wor", "abc abc abc abc", "x"]
+    greedy = SamplingParams(temperature=0)
+    ref = SpeculativeDecoder(target, None).generate(prompts, 20, greedy).token_ids
+    files = tiny_eagle(target, seed=3)
+    for drafter in (EagleDrafter(files, weights="fp16"), HybridDrafter(EagleDrafter(files))):
+        dec = SpeculativeDecoder(target, drafter, k=3)
+        eagle = drafter.model if isinstance(drafter, HybridDrafter) else drafter
+        assert eagle.model.fp16  # "auto" = fp16 on a float32 CPU target
+        res = dec.generate(prompts, 20, greedy)
+        assert res.token_ids == ref and res.stats.drafted > 0
+
+
 def test_save_load_round_trip(tiny_target, tmp_path: Path) -> None:
     files, _ = _draft_model(tiny_target)
     vmap = torch.tensor([2, 5, 9, 11, 40])
@@ -131,6 +160,10 @@ def test_load_errors(tiny_target, tmp_path: Path) -> None:
 
 def test_bind_refuses_mismatched_targets(tiny_target) -> None:
     files = tiny_eagle(tiny_target)
+    with pytest.raises(ValueError, match="weights must be one of"):
+        EagleDrafter(files, weights="int4")
+    with pytest.raises(ValueError, match="weights='fp16' needs a float32 CPU target"):
+        EagleDrafter(files, weights="fp16").bind(tiny_target)  # a float64 target
     wide = tiny_llama(hidden=48, heads=4, kv_heads=2)
     with pytest.raises(ValueError, match="hidden size"):
         EagleDrafter(files).bind(wide)
@@ -232,5 +265,12 @@ def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
     assert isinstance(make_drafter("default"), PromptLookupDrafter)
     e = make_drafter("eagle+ngram")
     assert isinstance(e, HybridDrafter) and isinstance(e.model, EagleDrafter) and e.name == "smollm2-135m-eagle+ngram"
+    assert e.model.weights == "auto"
+    f32 = make_drafter("eagle:fp32+ngram")  # what the head's draft steps read
+    assert f32.model.weights == "fp32" and f32.name == "smollm2-135m-eagle:fp32+ngram"
+    d16 = make_drafter(str(tmp_path / "head") + ":fp16")
+    assert isinstance(d16, EagleDrafter) and d16.weights == "fp16" and d16.name == "head:fp16"
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        make_drafter(str(tmp_path / "head") + ":int3")  # not a weights choice: read as a path
     with pytest.raises(ModelLoadError, match="does not exist"):
         make_drafter(str(tmp_path / "nothing-here"))

@@ -20,7 +20,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .eagle import EagleDraftModel, EagleFiles, bind_eagle, features_match_logits, is_eagle_dir, load_eagle_head
+from .eagle import (DRAFT_WEIGHTS, EagleDraftModel, EagleFiles, bind_eagle, features_match_logits, is_eagle_dir,
+                    load_eagle_head)
 from .models import CausalLM
 from .rng import STREAM_DRAFT, sample
 from .runner import KVRunner, left_pad
@@ -28,8 +29,8 @@ from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
-           "agreement", "to_target_vocab", "greedy_draft", "draw_draft", "make_drafter", "load_drafter", "eagle_head_dir",
-           "DEFAULT_DRAFTERS", "default_drafter"]
+           "agreement", "to_target_vocab", "greedy_draft", "draw_draft", "make_drafter", "load_drafter",
+           "eagle_head_dir", "DEFAULT_DRAFTERS", "default_drafter"]
 
 
 @dataclass
@@ -472,16 +473,21 @@ class EagleDrafter:
 
     uses_target_features = True
 
-    def __init__(self, files: EagleFiles, name: str = "eagle") -> None:
+    def __init__(self, files: EagleFiles, name: str = "eagle", *, weights: str = "auto") -> None:
+        """``weights``: what each draft step reads, ``"auto"`` / ``"fp16"`` / ``"fp32"`` (see
+        :func:`verispec.eagle.bind_eagle`)."""
+        if weights not in DRAFT_WEIGHTS:
+            raise ValueError(f"weights must be one of {DRAFT_WEIGHTS}, got {weights!r}")
         self.files = files
         self.name = name
+        self.weights = weights
         self.model: EagleDraftModel | None = None
 
     def bind(self, target: CausalLM) -> None:
         if not features_match_logits(target.model):
             raise ValueError(f"target {target.name!r} does not compute its logits as lm_head(final hidden "
                              "state); an EAGLE head cannot draft from its features")
-        self.model = bind_eagle(self.files, target)
+        self.model = bind_eagle(self.files, target, weights=self.weights)
         self.vocab_map = self.files.vocab_map
 
     def start(self, ctx: DraftContext) -> None:
@@ -578,13 +584,19 @@ def eagle_head_dir(spec: str) -> Path | None:
 
 def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDrafter | EagleDrafter:
     """A model drafter from a name or path: an :class:`EagleDrafter` for EAGLE heads (``"eagle"``
-    is the built-in one), else a :class:`ModelDrafter` over ``load_causal_lm(spec)``.
+    is the built-in one; ``"HEAD:fp32"`` / ``"HEAD:fp16"`` choose what its draft steps read, see
+    :func:`verispec.eagle.bind_eagle`), else a :class:`ModelDrafter` over ``load_causal_lm(spec)``.
 
     Raises:
         ModelLoadError: the model cannot be loaded (the message names the argument).
     """
     from .models import load_causal_lm
 
+    base, _, weights = spec.rpartition(":")
+    if weights in DRAFT_WEIGHTS and base and eagle_head_dir(base) is not None:
+        head_dir = eagle_head_dir(base)
+        return EagleDrafter(load_eagle_head(head_dir, dtype=dtype), name=f"{head_dir.name}:{weights}",
+                            weights=weights)
     head_dir = eagle_head_dir(spec)
     if head_dir is not None:  # a built-in head's directory is named after it
         return EagleDrafter(load_eagle_head(head_dir, dtype=dtype), name=head_dir.name)

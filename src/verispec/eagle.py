@@ -36,7 +36,8 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from .models import CausalLM, ModelLoadError, fast_small_linears, gqa_attention, pack_weight, packed_linear
+from .models import (CausalLM, ModelLoadError, fast_small_linears, fp16_linear, gqa_attention, pack_weight,
+                     packed_linear)
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
@@ -45,6 +46,7 @@ EAGLE_FORMAT = "verispec-eagle-v1"
 CONFIG_NAME = "eagle_config.json"
 WEIGHTS_NAME = "eagle.safetensors"
 VOCAB_MAP_NAME = "vocab_map.safetensors"
+DRAFT_WEIGHTS = ("auto", "fp16", "fp32")  # what a bound head's draft steps read (see bind_eagle)
 
 
 def eagle_config(target_config) -> LlamaConfig:
@@ -113,13 +115,14 @@ class EagleDraftModel(nn.Module):
     features).
     """
 
-    def __init__(self, head: EagleHead, embed: nn.Embedding, out_rows: torch.Tensor) -> None:
+    def __init__(self, head: EagleHead, embed: nn.Embedding, out_rows: torch.Tensor, *, fp16: bool = False) -> None:
         super().__init__()
         self.head = head
         self.embed = embed  # shared with the target, not copied
         self.register_buffer("out_rows", out_rows, persistent=False)  # [V_map, H]
         self.packed_out = pack_weight(out_rows)  # oneDNN layout for few rows (8191 rows: 0.4-0.5 vs 1.1-1.5 ms, one row)
-        self._step = _FastStep(head, out_rows, self.packed_out) if _FastStep.supports(head) else None
+        self._step = _FastStep(head, out_rows, self.packed_out, fp16=fp16) if _FastStep.supports(head) else None
+        self.fp16 = self._step is not None and self._step.fp16
 
     @property
     def config(self) -> LlamaConfig:
@@ -166,8 +169,10 @@ class _FastStep:
     which the tests compare it with), without the per-call work of the HF model classes (output
     records, mask building, module hooks): about 2 of the 4.3 ms a one-token draft step took
     through them, measured in generation). For a float32 CPU head every matmul of up to 32 rows
-    goes through a oneDNN-packed copy of its weight; other dtypes and devices use ``F.linear``.
-    Packed weights are copies made at construction: bind again after changing the head.
+    goes through a oneDNN-packed copy of its weight, or with ``fp16=True`` every matmul through
+    a float16 copy (:func:`verispec.models.fp16_linear`; float32 in, out and accumulation); other
+    dtypes and devices use ``F.linear``. The copies are made at construction: bind again after
+    changing the head.
     """
 
     @staticmethod
@@ -175,15 +180,21 @@ class _FastStep:
         """A head of one Llama decoder layer (the only kind :func:`eagle_config` makes)."""
         return len(head.body.layers) == 1 and getattr(head.config, "model_type", None) == "llama"
 
-    def __init__(self, head: EagleHead, out_rows: torch.Tensor, packed_out: torch.Tensor | None = None) -> None:
+    def __init__(self, head: EagleHead, out_rows: torch.Tensor, packed_out: torch.Tensor | None = None, *,
+                 fp16: bool = False) -> None:
         layer = head.body.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         self.head, self.layer, self.attn, self.act = head, layer, attn, mlp.act_fn
         mods = {"fc": head.fc, "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
                 "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
-        # (reusing the packed copies fast_small_linears and EagleDraftModel made, where they exist)
-        self.linear = {n: _packed_fn(m.weight, m.bias, getattr(m, "packed_weight", None)) for n, m in mods.items()}
-        self.linear["out"] = _packed_fn(out_rows, None, packed_out)
+        weights = {n: (m.weight, m.bias) for n, m in mods.items()} | {"out": (out_rows, None)}
+        half = {n: fp16_linear(w, b) for n, (w, b) in weights.items()} if fp16 else {}
+        self.fp16 = bool(half) and all(f is not None for f in half.values())
+        if self.fp16:
+            self.linear = half
+        else:  # (reusing the packed copies fast_small_linears and EagleDraftModel made)
+            self.linear = {n: _packed_fn(m.weight, m.bias, getattr(m, "packed_weight", None)) for n, m in mods.items()}
+            self.linear["out"] = _packed_fn(out_rows, None, packed_out)
         self.head_dim = attn.head_dim
 
     def __call__(self, embeds: torch.Tensor, features: torch.Tensor, *, logits_to_keep: int,
@@ -318,8 +329,17 @@ def load_eagle_head(path: str | os.PathLike, *, dtype: torch.dtype = torch.float
     return EagleFiles(head, vmap, meta)
 
 
-def bind_eagle(files: EagleFiles, target: CausalLM) -> EagleDraftModel:
-    """Attach a loaded head to ``target``'s embedding and output rows (checks the shapes)."""
+def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") -> EagleDraftModel:
+    """Attach a loaded head to ``target``'s embedding and output rows (checks the shapes).
+
+    ``weights`` (what each draft step reads): ``"fp32"``, ``"fp16"`` (float16 copies of the
+    head's weights and output rows, half the memory traffic; float32 CPU heads with fbgemm
+    only), or ``"auto"``: fp16 where available, else fp32. Rounding the draft's weights changes
+    which tokens it proposes, never the output distribution (the verifier sees the q each
+    draft was sampled from).
+    """
+    if weights not in DRAFT_WEIGHTS:
+        raise ValueError(f"weights must be one of {DRAFT_WEIGHTS}, got {weights!r}")
     model = target.model
     H = model.config.hidden_size
     if files.head.config.hidden_size != H:
@@ -334,4 +354,8 @@ def bind_eagle(files: EagleFiles, target: CausalLM) -> EagleDraftModel:
     head = files.head.to(out.dtype)
     fast_small_linears(head)  # its first step of a proposal feeds several pairs at once
     gqa_attention(head.body)  # ... under a mask: no K/V copies (as for the target)
-    return EagleDraftModel(head, model.get_input_embeddings(), out.contiguous())
+    draft = EagleDraftModel(head, model.get_input_embeddings(), out.contiguous(), fp16=weights != "fp32")
+    if weights == "fp16" and not draft.fp16:
+        raise ValueError(f"weights='fp16' needs a float32 CPU target and a torch build with fbgemm "
+                         f"(target {target.name!r}: {out.dtype} on {out.device.type})")
+    return draft

@@ -115,12 +115,14 @@ class EagleDraftModel(nn.Module):
     features).
     """
 
-    def __init__(self, head: EagleHead, embed: nn.Embedding, out_rows: torch.Tensor, *, fp16: bool = False) -> None:
+    def __init__(self, head: EagleHead, embed: nn.Embedding, out_rows: torch.Tensor, *,
+                 fp16: bool = False) -> None:
         super().__init__()
         self.head = head
         self.embed = embed  # shared with the target, not copied
         self.register_buffer("out_rows", out_rows, persistent=False)  # [V_map, H]
-        self.packed_out = pack_weight(out_rows)  # oneDNN layout for few rows (8191 rows: 0.4-0.5 vs 1.1-1.5 ms, one row)
+        # oneDNN layout for few rows (8191 rows: 0.4-0.5 vs 1.1-1.5 ms, one row)
+        self.packed_out = pack_weight(out_rows)
         self._step = _FastStep(head, out_rows, self.packed_out, fp16=fp16) if _FastStep.supports(head) else None
         self.fp16 = self._step is not None and self._step.fp16
 
@@ -167,8 +169,8 @@ class _FastStep:
 
     Same math and the same HF cache object as the reference (``EagleDraftModel.reference_forward_hidden``,
     which the tests compare it with), without the per-call work of the HF model classes (output
-    records, mask building, module hooks): about 2 of the 4.3 ms a one-token draft step took
-    through them, measured in generation). For a float32 CPU head every matmul of up to 32 rows
+    records, mask building, module hooks), which took about 1.5-2 ms of the 4.3-5 ms one-token
+    draft step in generation (profiled with cProfile). For a float32 CPU head every matmul of up to 32 rows
     goes through a oneDNN-packed copy of its weight, or with ``fp16=True`` every matmul through
     a float16 copy (:func:`verispec.models.fp16_linear`; float32 in, out and accumulation); other
     dtypes and devices use ``F.linear``. The copies are made at construction: bind again after

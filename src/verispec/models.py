@@ -278,10 +278,12 @@ def fp16_linear(weight: torch.Tensor, bias: torch.Tensor | None = None
     Half the bytes of float32 for one rounding of the weights to float16 (~5e-4 relative).
     For drafting, where a step reads every weight for a row or two and is bound by memory
     traffic: the EAGLE head's step took 2.1-2.4 ms with these against 2.7-2.9 ms with
-    :func:`pack_weight` (three A/B rounds in generation, BENCHMARKS.md). torch flags these fbgemm ops deprecated (since 2.10,
-    still in the pinned 2.13); the warning is silenced here, and a build without them gets None.
+    :func:`pack_weight` (three A/B rounds in generation; c 0.044 vs 0.062 in BENCHMARKS.md).
+    torch flags these fbgemm ops deprecated (still in the pinned 2.13); the warning is silenced
+    here, and a build without them gets None.
     """
-    if weight.dtype != torch.float32 or weight.device.type != "cpu" or bias is not None and bias.dtype != torch.float32:
+    if (weight.dtype != torch.float32 or weight.device.type != "cpu"
+            or bias is not None and bias.dtype != torch.float32):
         return None
     if "fbgemm" not in torch.backends.quantized.supported_engines or not hasattr(torch, "fbgemm_linear_fp16_weight"):
         return None

@@ -270,7 +270,9 @@ def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
     assert f32.model.weights == "fp32" and f32.name == "smollm2-135m-eagle:fp32+ngram"
     d16 = make_drafter(str(tmp_path / "head") + ":fp16")
     assert isinstance(d16, EagleDrafter) and d16.weights == "fp16" and d16.name == "head:fp16"
-    with pytest.raises(ModelLoadError, match="does not exist"):
-        make_drafter(str(tmp_path / "head") + ":int3")  # not a weights choice: read as a path
+    with pytest.raises(ModelLoadError, match="weights must be one of auto, fp16, fp32, got 'int3'"):
+        make_drafter(str(tmp_path / "head") + ":int3")
+    with pytest.raises(ModelLoadError, match="weights must be one of"):
+        make_drafter("eagle:fp64+ngram")
     with pytest.raises(ModelLoadError, match="does not exist"):
         make_drafter(str(tmp_path / "nothing-here"))

@@ -590,11 +590,14 @@ def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDraft
     Raises:
         ModelLoadError: the model cannot be loaded (the message names the argument).
     """
-    from .models import load_causal_lm
+    from .models import ModelLoadError, load_causal_lm
 
     base, _, weights = spec.rpartition(":")
-    if weights in DRAFT_WEIGHTS and base and eagle_head_dir(base) is not None:
-        head_dir = eagle_head_dir(base)
+    head_dir = eagle_head_dir(base) if base else None
+    if head_dir is not None:
+        if weights not in DRAFT_WEIGHTS:
+            raise ModelLoadError(f"{spec!r}: an EAGLE head's weights must be one of {', '.join(DRAFT_WEIGHTS)}, "
+                                 f"got {weights!r}")
         return EagleDrafter(load_eagle_head(head_dir, dtype=dtype), name=f"{head_dir.name}:{weights}",
                             weights=weights)
     head_dir = eagle_head_dir(spec)

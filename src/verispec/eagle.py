@@ -36,8 +36,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from .models import (CausalLM, ModelLoadError, fast_small_linears, fp16_linear, gqa_attention, pack_weight,
-                     packed_linear)
+from .models import CausalLM, ModelLoadError, fp16_linear, pack_weight, packed_linear
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
@@ -121,9 +120,7 @@ class EagleDraftModel(nn.Module):
         self.head = head
         self.embed = embed  # shared with the target, not copied
         self.register_buffer("out_rows", out_rows, persistent=False)  # [V_map, H]
-        # oneDNN layout for few rows (8191 rows: 0.4-0.5 vs 1.1-1.5 ms, one row)
-        self.packed_out = pack_weight(out_rows)
-        self._step = _FastStep(head, out_rows, self.packed_out, fp16=fp16) if _FastStep.supports(head) else None
+        self._step = _FastStep(head, out_rows, fp16=fp16) if _FastStep.supports(head) else None
         self.fp16 = self._step is not None and self._step.fp16
 
     @property
@@ -153,28 +150,25 @@ class EagleDraftModel(nn.Module):
 
     def reference_forward_hidden(self, input_ids: torch.Tensor, *, features: torch.Tensor, logits_to_keep: int = 0,
                                  **kw) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`forward_hidden` through the HF modules (what the fast path is tested against)."""
+        """:meth:`forward_hidden` through the HF modules and plain matmuls (what the fast path is
+        tested against)."""
         f_hat = self.head(self.embed(input_ids), features.to(self.dtype), **kw)
         keep = f_hat if logits_to_keep == 0 else f_hat[:, -logits_to_keep:]
-        flat = keep.reshape(-1, keep.shape[-1])
-        if self.packed_out is not None and flat.shape[0] <= 32 and flat.dtype == torch.float32:
-            logits = packed_linear(flat, self.packed_out)
-        else:
-            logits = torch.mm(self.out_rows, flat.t()).t()  # few rows: W @ x.T is the fast layout
-        return logits.reshape(*keep.shape[:-1], -1), f_hat
+        return nn.functional.linear(keep, self.out_rows), f_hat
 
 
 class _FastStep:
     """:meth:`EagleHead.forward` plus the output rows as straight tensor code, for drafting.
 
-    Same math and the same HF cache object as the reference (``EagleDraftModel.reference_forward_hidden``,
-    which the tests compare it with), without the per-call work of the HF model classes (output
-    records, mask building, module hooks), which took about 1.5-2 ms of the 4.3-5 ms one-token
-    draft step in generation (profiled with cProfile). For a float32 CPU head every matmul of up to 32 rows
-    goes through a oneDNN-packed copy of its weight, or with ``fp16=True`` every matmul through
-    a float16 copy (:func:`verispec.models.fp16_linear`; float32 in, out and accumulation); other
-    dtypes and devices use ``F.linear``. The copies are made at construction: bind again after
-    changing the head.
+    Same math and the same HF cache object as the reference
+    (``EagleDraftModel.reference_forward_hidden``, which the tests compare it with), without the
+    per-call work of the HF model classes (output records, mask building, module hooks), which
+    took about 1.5-2 ms of the 4.3-5 ms one-token draft step in generation (profiled with
+    cProfile). For a float32 CPU head every matmul of up to 32 rows goes through a oneDNN-packed
+    copy of its weight, or with ``fp16=True`` every matmul through a float16 copy
+    (:func:`verispec.models.fp16_linear`; float32 in, out and accumulation); other dtypes and
+    devices use ``F.linear``. The copies are made at construction: bind again after changing
+    the head.
     """
 
     @staticmethod
@@ -182,8 +176,7 @@ class _FastStep:
         """A head of one Llama decoder layer (the only kind :func:`eagle_config` makes)."""
         return len(head.body.layers) == 1 and getattr(head.config, "model_type", None) == "llama"
 
-    def __init__(self, head: EagleHead, out_rows: torch.Tensor, packed_out: torch.Tensor | None = None, *,
-                 fp16: bool = False) -> None:
+    def __init__(self, head: EagleHead, out_rows: torch.Tensor, *, fp16: bool = False) -> None:
         layer = head.body.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         self.head, self.layer, self.attn, self.act = head, layer, attn, mlp.act_fn
@@ -194,9 +187,8 @@ class _FastStep:
         self.fp16 = bool(half) and all(f is not None for f in half.values())
         if self.fp16:
             self.linear = half
-        else:  # (reusing the packed copies fast_small_linears and EagleDraftModel made)
-            self.linear = {n: _packed_fn(m.weight, m.bias, getattr(m, "packed_weight", None)) for n, m in mods.items()}
-            self.linear["out"] = _packed_fn(out_rows, None, packed_out)
+        else:
+            self.linear = {n: _packed_fn(w, b) for n, (w, b) in weights.items()}
         self.head_dim = attn.head_dim
 
     def __call__(self, embeds: torch.Tensor, features: torch.Tensor, *, logits_to_keep: int,
@@ -228,10 +220,10 @@ class _FastStep:
         return logits.view(B, keep.shape[1], -1), f_hat
 
 
-def _packed_fn(weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None = None):
-    """``x [N, in] -> [N, out]`` through the oneDNN-packed weight (``packed``, or packed here) for up
-    to 32 rows, else ``F.linear``."""
-    packed = packed if packed is not None else pack_weight(weight)
+def _packed_fn(weight: torch.Tensor, bias: torch.Tensor | None):
+    """``x [N, in] -> [N, out]`` through a oneDNN-packed copy of the weight for up to 32 rows
+    (8191 output rows, one row: 0.4-0.5 ms against 1.1-1.5 ms unpacked), else ``F.linear``."""
+    packed = pack_weight(weight)
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
 
@@ -353,9 +345,7 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
         if int(files.vocab_map.max()) >= V or int(files.vocab_map.min()) < 0:
             raise ValueError(f"EAGLE vocab_map has ids outside the target's head [0, {V})")
         out = out[files.vocab_map]
-    head = files.head.to(out.dtype)
-    fast_small_linears(head)  # its first step of a proposal feeds several pairs at once
-    gqa_attention(head.body)  # ... under a mask: no K/V copies (as for the target)
+    head = files.head.to(out.dtype)  # (drafting runs it through _FastStep, with its own weight copies)
     draft = EagleDraftModel(head, model.get_input_embeddings(), out.contiguous(), fp16=weights != "fp32")
     if weights == "fp16" and not draft.fp16:
         raise ValueError(f"weights='fp16' needs a float32 CPU target and a torch build with fbgemm "

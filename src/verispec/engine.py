@@ -39,7 +39,7 @@ from .runner import KVRunner, left_pad
 from .sampling import SamplingParams, logits_to_probs
 from .verify import METHODS, verify
 
-__all__ = ["SpeculativeDecoder", "GenerationResult", "GenerationStats", "KPolicy"]
+__all__ = ["SpeculativeDecoder", "GenerationResult", "GenerationStats", "KPolicy", "add_counts"]
 
 KPolicy = int | str  # an int, "heuristic" or "auto"
 
@@ -419,21 +419,13 @@ class SpeculativeDecoder:
         stats.accepted += int(acc.sum())
         stats.rejected += int(((out.num_accepted < n_draft) & active).sum())
         K = out.accepted.shape[1]
-        while len(stats.slot_drafted) < K:
-            stats.slot_drafted.append(0)
-            stats.slot_tested.append(0)
-            stats.slot_accepted.append(0)
         slots = torch.arange(K)[None]  # [1, K]
         drafted = slots < n_draft[:, None]  # [B, K]
         tested = drafted & (slots <= out.num_accepted[:, None])  # slot i tested iff slots < i accepted
-        for i, (d, t, a) in enumerate(zip(drafted.sum(0).tolist(), tested.sum(0).tolist(), acc.sum(0).tolist())):
-            stats.slot_drafted[i] += d
-            stats.slot_tested[i] += t
-            stats.slot_accepted[i] += a
-        lengths = torch.bincount(n_draft[active.bool()], minlength=K + 1).tolist()
-        stats.draft_lengths.extend([0] * (len(lengths) - len(stats.draft_lengths)))
-        for n, count in enumerate(lengths):
-            stats.draft_lengths[n] += count
+        add_counts(stats.slot_drafted, drafted.sum(0).tolist())
+        add_counts(stats.slot_tested, tested.sum(0).tolist())
+        add_counts(stats.slot_accepted, acc.sum(0).tolist())
+        add_counts(stats.draft_lengths, torch.bincount(n_draft[active.bool()], minlength=K + 1).tolist())
         if K:
             stats.k_history.append(int(n_draft.max()))
 
@@ -519,6 +511,14 @@ class _KState:
         cost = torch.tensor([self.verify_cost(w) for w in range(1, K + 2)], dtype=a.dtype)  # [K+1]
         rate = (expected / cost).masked_fill(torch.arange(K + 1)[None] > n_draft[:, None], -math.inf)
         return torch.where(rows, rate.argmax(1), n_draft), rows
+
+
+def add_counts(total: list[int], counts: Sequence[int]) -> None:
+    """``total[i] += counts[i]`` for every i, growing ``total`` with zeros as needed (in place):
+    per-slot and per-length tallies whose length varies between passes and generations."""
+    total.extend([0] * (len(counts) - len(total)))
+    for i, n in enumerate(counts):
+        total[i] += n
 
 
 def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ..engine import GenerationStats
+from ..engine import GenerationStats, add_counts
 from .runner import BenchConfig, BenchRun, Measurement
 from .theory import cost_ratio, median_widths, optimal_k, predicted_speedup_over_lengths, safe_ratio
 
@@ -186,8 +186,9 @@ def _sum_stats(stats: Iterable[GenerationStats]) -> dict | None:
     out = {k: sum(getattr(s, k) for s in stats) for k in keys}
     out["time_other"] = sum(s.time_other for s in stats)
     for key in ("slot_drafted", "slot_tested", "slot_accepted", "draft_lengths"):  # ragged lists: sum by index
-        lists = [getattr(s, key) for s in stats]
-        out[key] = [sum(x[i] for x in lists if i < len(x)) for i in range(max(map(len, lists)))]
+        out[key] = []
+        for s in stats:
+            add_counts(out[key], getattr(s, key))
     return out
 
 

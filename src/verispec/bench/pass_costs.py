@@ -20,7 +20,7 @@ import time
 import torch
 
 from verispec.drafters import load_drafter
-from verispec.models import load_causal_lm, packed_linear
+from verispec.models import load_causal_lm, pack_weight, packed_linear
 from verispec.runner import KVRunner
 
 
@@ -63,7 +63,8 @@ def main() -> None:
         fast.model.set_attn_implementation("verispec_sdpa")
     eagle = load_drafter("eagle")
     eagle.bind(fast)
-    W, P, f = eagle.model.out_rows, eagle.model.packed_out, torch.randn(1, 576)
+    W, f = eagle.model.out_rows, torch.randn(1, 576)
+    P = pack_weight(W)
     print(f"EAGLE output rows ({W.shape[0]}), 1 row: packed "
           f"{ms(lambda: packed_linear(f, P)):.2f} ms, "
           f"unpacked {ms(lambda: torch.mm(W, f.t()).t()):.2f} ms")

@@ -25,6 +25,7 @@ __all__ = [
     "STREAM_GUMBEL",
     "uniform",
     "sample",
+    "inverse_cdf",
     "gumbel_noise",
     "random_seeds",
 ]
@@ -104,9 +105,18 @@ def sample(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, st
     are never returned. ``seeds`` and ``positions`` broadcast to ``probs.shape[:-1]``.
     Returns int64 token ids of shape ``probs.shape[:-1]``.
     """
+    return inverse_cdf(probs, uniform(seeds, positions, stream))
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The token whose CDF cell holds ``u``: ``probs [..., V]`` (unnormalised), ``u`` float64 in (0, 1)
+    broadcastable to ``probs.shape[:-1]``. Token x is returned for u in
+    ``[cdf(x-1), cdf(x)) / total``, so it is drawn with probability ``probs[x] / total``.
+    Returns int64 ids of shape ``probs.shape[:-1]``.
+    """
     cdf = probs.to(torch.float64, copy=True, memory_format=torch.contiguous_format).cumsum_(-1)  # [..., V]
     total = cdf[..., -1:].contiguous()
-    u = uniform(seeds, positions, stream).expand(probs.shape[:-1]).unsqueeze(-1)
+    u = u.to(torch.float64).expand(probs.shape[:-1]).unsqueeze(-1)
     token = torch.searchsorted(cdf, u * total, right=True)
     # u * total can round up to total; never step past the first token where the cdf reaches
     # its total (that token has mass: the cdf rises there).

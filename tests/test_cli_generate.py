@@ -58,6 +58,9 @@ def test_generate_streams(model_dirs, capsys):
         (["--k", "fast"], "--k"),
         (["--k", "0"], "--k"),
         (["--temperature", "-1"], "temperature"),
+        (["--temperature", "1e-40"], "temperature"),  # was an IndexError from torch: logits / T overflowed to NaN
+        (["--temperature", "nan"], "temperature"),
+        (["--seed", str(2**64)], "seed"),
         (["--max-new-tokens", "0"], "max_new_tokens"),
     ],
 )

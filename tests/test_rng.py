@@ -140,6 +140,22 @@ def test_sample_tiny_trailing_mass_is_never_skipped_into_zero_tokens():
     assert bool((probs[x] > 0).all())
 
 
+@pytest.mark.parametrize(
+    "row",
+    [[0.5, float("nan"), 0.5], [float("nan")] * 3, [0.2, float("inf"), 0.1], [0.0, 0.0, 0.0], [0.0, -0.5, 0.2]],
+)
+def test_sample_refuses_rows_without_finite_positive_mass(row):
+    """NaN p (e.g. from an overflowed logits / T) must never become a token: before this check a
+    NaN row drew id V (out of the vocabulary) and an all-zero row drew the zero-mass id 0."""
+    probs = torch.tensor([[0.25, 0.5, 0.25], row], dtype=torch.float64)
+    seeds = torch.tensor([1, 2])
+    with pytest.raises(ValueError, match="finite, positive total mass.*row \\(1,\\)"):
+        sample(probs, seeds, torch.zeros_like(seeds), STREAM_EMIT)
+    with pytest.raises(ValueError, match="finite, positive total mass"):
+        sample(probs[1], torch.tensor(1), torch.tensor(0), STREAM_EMIT)  # a single row
+    assert sample(probs[:1], seeds[:1], torch.zeros(1, dtype=torch.int64), STREAM_EMIT).item() in (0, 1, 2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("scale", [1.0, 3.7])  # 3.7: unnormalised rows are scaled by their sum
 def test_sample_matches_probs_chi_square(dtype, scale):

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from verispec.sampling import SamplingParams, logits_to_probs
+from verispec.sampling import MIN_TEMPERATURE, SamplingParams, logits_to_probs
 
 
 def _logits(probs, dtype=torch.float64):
@@ -35,6 +35,8 @@ def _close(a: torch.Tensor, b, atol=1e-12):
         (dict(temperature=float("nan")), ValueError, "temperature"),
         (dict(temperature=float("inf")), ValueError, "temperature"),
         (dict(temperature="1"), TypeError, "temperature"),
+        (dict(temperature=1e-40), ValueError, "temperature"),  # logits / T overflows float32
+        (dict(temperature=9.9e-5), ValueError, "temperature"),
         (dict(top_p=0.0), ValueError, "top_p"),
         (dict(top_p=-0.5), ValueError, "top_p"),
         (dict(top_p=1.0000001), ValueError, "top_p"),
@@ -60,6 +62,7 @@ def test_sampling_params_rejects_bad_field(kwargs, exc, field):
     [
         dict(),
         dict(temperature=0),
+        dict(temperature=1e-4),  # MIN_TEMPERATURE
         dict(temperature=0.7, top_k=5, top_p=0.9, min_p=0.05, seed=-(2**63)),
         dict(top_p=1.0, min_p=0.0, top_k=0, seed=2**63 - 1),
         dict(top_p=1e-9, min_p=0.999),
@@ -81,6 +84,27 @@ def test_logits_nan_or_posinf_raise(bad):
         logits_to_probs(logits, SamplingParams())
     with pytest.raises(ValueError, match="NaN"):
         logits_to_probs(logits, SamplingParams(temperature=0))
+
+
+def test_min_temperature_keeps_large_logits_finite_in_float32():
+    """At the floor, logits far beyond any model's (1e30) still give finite probabilities."""
+    logits = torch.tensor([[1e30, 0.0, -1e30], [0.0, 1e-3, 2e-3]], dtype=torch.float32)
+    probs = logits_to_probs(logits, SamplingParams(temperature=MIN_TEMPERATURE))
+    assert bool(torch.isfinite(probs).all())
+    _close(probs.sum(-1), [1.0, 1.0], atol=1e-6)
+
+
+@pytest.mark.parametrize("temperature, value", [(1e-40, 1.0), (1e-4, 3e35), (0.5, -3.0e38)])
+def test_overflowing_logits_over_temperature_raise_instead_of_nan(temperature, value):
+    """logits / T that overflow float32 would make p NaN (and NaN a token): refused. Temperatures
+    below the floor are forced past SamplingParams' own check to reach the transform."""
+    params = SamplingParams(temperature=0.5)
+    object.__setattr__(params, "temperature", temperature)  # frozen dataclass: bypass validation
+    logits = torch.tensor([[value, 0.0, 0.5], [0.0, 0.1, 0.2]], dtype=torch.float32)
+    if value < 0:  # every logit of row 0 overflows to -inf
+        logits[0] = value
+    with pytest.raises(ValueError, match="overflow"):
+        logits_to_probs(logits, params)
 
 
 def test_logits_all_neginf_row_raises():

@@ -28,6 +28,8 @@ __all__ = [
     "inverse_cdf",
     "gumbel_noise",
     "random_seeds",
+    "Draws",
+    "COUNTER",
 ]
 
 # Independent streams of draws per (seed, position).
@@ -103,7 +105,8 @@ def sample(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, st
 
     ``probs`` need not be normalised (rows are scaled by their sum); zero-probability tokens
     are never returned. ``seeds`` and ``positions`` broadcast to ``probs.shape[:-1]``.
-    Returns int64 token ids of shape ``probs.shape[:-1]``.
+    Returns int64 token ids of shape ``probs.shape[:-1]``, in ``[0, V)``; rows without finite,
+    positive mass raise ``ValueError`` (see :func:`inverse_cdf`).
     """
     return inverse_cdf(probs, uniform(seeds, positions, stream))
 
@@ -112,10 +115,18 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """The token whose CDF cell holds ``u``: ``probs [..., V]`` (unnormalised), ``u`` float64 in (0, 1)
     broadcastable to ``probs.shape[:-1]``. Token x is returned for u in
     ``[cdf(x-1), cdf(x)) / total``, so it is drawn with probability ``probs[x] / total``.
-    Returns int64 ids of shape ``probs.shape[:-1]``.
+    Returns int64 ids of shape ``probs.shape[:-1]``, always in ``[0, V)``: a row whose total
+    mass is not finite and positive (NaN, inf, all zeros) raises ``ValueError``, as no token
+    can be drawn from it (the search would return the out-of-range id V, or a zero-mass token).
     """
     cdf = probs.to(torch.float64, copy=True, memory_format=torch.contiguous_format).cumsum_(-1)  # [..., V]
     total = cdf[..., -1:].contiguous()
+    # NaN or inf anywhere in a row reaches its total through the cumsum: one check per row.
+    bad = ~(torch.isfinite(total) & (total > 0))
+    if bool(bad.any()):
+        rows = bad.squeeze(-1).nonzero().tolist()
+        raise ValueError(f"probs rows need a finite, positive total mass to sample from; {len(rows)} row(s) "
+                         f"do not, e.g. row {tuple(rows[0])} with total {float(total[bad][0]):g}")
     u = u.to(torch.float64).expand(probs.shape[:-1]).unsqueeze(-1)
     token = torch.searchsorted(cdf, u * total, right=True)
     # u * total can round up to total; never step past the first token where the cdf reaches
@@ -127,3 +138,24 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 def random_seeds(n: int) -> torch.Tensor:
     """``n`` fresh int64 seeds from torch's global generator (``torch.manual_seed`` fixes them)."""
     return torch.randint(-(2**63), 2**63 - 1, (n,), dtype=torch.int64)
+
+
+class Draws:
+    """Where a verifier takes its randomness from: the one seam between the rule and its draws.
+
+    The default, :data:`COUNTER`, is the counter-based generator of this module. Certification
+    (:mod:`verispec.certify`) passes its own subclass that returns chosen points inside each cell of
+    the draws' outcome partition, so that the real verifier can be enumerated exactly.
+    """
+
+    def uniform(self, seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
+        """Float64 uniforms in (0, 1), one per broadcast element of ``seeds`` and ``positions``."""
+        return uniform(seeds, positions, stream)
+
+    def gumbel(self, seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Float64 Gumbel noise ``[*broadcast(seeds, positions), V]``."""
+        return gumbel_noise(seeds, positions, vocab_size)
+
+
+#: The counter-based draws every caller gets unless it passes others.
+COUNTER = Draws()

@@ -23,7 +23,15 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingParams", "logits_to_probs"]
+__all__ = ["SamplingParams", "logits_to_probs", "MIN_TEMPERATURE"]
+
+#: The smallest non-zero temperature. ``logits / T`` must stay finite in float32 (max ~3.4e38):
+#: at T >= 1e-4 that holds for any logit below 3.4e34 in magnitude, far beyond any model's,
+#: while at T = 1e-40 an ordinary logit of 0.1 already overflows and the softmax is NaN. Nothing
+#: is lost by the floor: at T = 1e-4 a logit gap of 0.01 is already a factor exp(-100) ~ 4e-44,
+#: below float32's smallest normal number, so smaller temperatures differ from greedy (T = 0)
+#: only between near-tied logits, where float32 rounding of the logits decides anyway.
+MIN_TEMPERATURE = 1e-4
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,8 @@ class SamplingParams:
     """How tokens are chosen from a model's logits.
 
     Args:
-        temperature: >= 0. 0 is greedy decoding (argmax, ties to the lowest token id).
+        temperature: 0 (greedy decoding: argmax, ties to the lowest token id) or
+            >= :data:`MIN_TEMPERATURE` (1e-4; smaller ones overflow ``logits / T``).
         top_k: keep only the k most likely tokens; 0 disables.
         top_p: nucleus sampling mass in (0, 1]; 1 disables.
         min_p: in [0, 1); drop tokens below ``min_p * max_prob``; 0 disables.
@@ -49,6 +58,9 @@ class SamplingParams:
         _check_real("temperature", self.temperature)
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {self.temperature:g}: "
+                             f"logits / temperature would overflow float32; use 0 for greedy decoding")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
             raise TypeError(f"top_k must be an int, got {type(self.top_k).__name__}")
         if self.top_k < 0:
@@ -83,7 +95,8 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
     The result has the dtype of ``logits`` (float32 or float64 recommended). Entries of
     ``-inf`` are allowed (masked tokens); NaN, ``+inf`` or a row that is entirely ``-inf``
-    raise ``ValueError``.
+    raise ``ValueError``, and so does a result that is not finite (``logits / temperature``
+    overflowed): NaN must never reach a sampler.
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise TypeError("logits must be a floating-point torch.Tensor")
@@ -111,6 +124,10 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
         cutoff = params.min_p * probs.amax(-1, keepdim=True)
         probs = probs.masked_fill(probs < cutoff, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
+    # NaN anywhere makes its row's sum NaN: one cheap reduction guards every sampler downstream.
+    if not bool(torch.isfinite(probs.sum(-1)).all()):
+        raise ValueError(f"logits / temperature ({params.temperature:g}) overflowed: the probabilities are not "
+                         f"finite (logits of magnitude up to {float(logits.nan_to_num(0, 0, 0).abs().amax()):.3g})")
     return probs
 
 

@@ -371,3 +371,141 @@ def test_greedy_drafts_are_point_masses_and_sampled_drafts_carry_q(tiny_target, 
                     assert bool((d.probs[b, torch.arange(n), d.tokens[b, :n]] > 0).all())
         if not sampling.greedy:
             assert any(d.probs is not None for d in seen)
+
+
+# ----------------------------------------------------------------------------------------------
+# Review fixes (issue 13): odd inputs, stop strings in a batch, stats of dropped tokens
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(seeds=[2**63]), ValueError, "seeds\\[0\\].*int64"),
+        (dict(seeds=[-(2**63) - 1]), ValueError, "seeds\\[0\\].*int64"),
+        (dict(seeds=[1.5]), TypeError, "seeds\\[0\\] must be an int"),  # was silently truncated to 1
+        (dict(seeds=[True]), TypeError, "seeds\\[0\\] must be an int"),
+        (dict(seeds=torch.tensor([1.0])), TypeError, "seeds must be a 1-D integer tensor"),
+        (dict(seeds="a"), TypeError, "seeds must be a list"),
+        (dict(prompts=[[1.5, 2]]), TypeError, "prompts\\[0\\]\\[0\\] must be an int token id"),  # was truncated
+        (dict(prompts=[[True, 2]]), TypeError, "prompts\\[0\\]\\[0\\] must be an int token id"),
+        (dict(prompts=[[[5], [6]]]), TypeError, "prompts\\[0\\]\\[0\\] must be an int token id"),
+        (dict(prompts=[[5, None]]), TypeError, "prompts\\[0\\]\\[1\\] must be an int token id"),
+        (dict(prompts=[torch.tensor([5.0, 6.0])]), TypeError, "prompts\\[0\\] must be a 1-D integer tensor"),
+        (dict(prompts=[torch.tensor([[5, 6]])]), TypeError, "prompts\\[0\\] must be a 1-D integer tensor"),
+        (dict(prompts=[b"ab"]), TypeError, "prompts\\[0\\] is bytes"),  # was read as token ids 97, 98
+        (dict(prompts=b"ab"), TypeError, "prompts is bytes"),
+        (dict(prompts=[5, 6]), TypeError, "prompts\\[0\\] must be a string or a list of token ids"),
+        (dict(prompts=[None]), TypeError, "prompts\\[0\\] must be a string or a list of token ids"),
+        (dict(stop=5), ValueError, "stop must be a list"),
+    ],
+)
+def test_odd_generate_inputs_raise_clear_errors_naming_the_argument(tiny_target, kwargs, exc, match):
+    kwargs = {"prompts": ["ab"], "max_new_tokens": 3, "sampling": SamplingParams(seed=1), **kwargs}
+    with pytest.raises(exc, match=match):
+        SpeculativeDecoder(tiny_target, PromptLookupDrafter(), k=2).generate(**kwargs)
+
+
+def test_integer_tensors_arrays_and_numpy_ints_are_token_ids_and_seeds(tiny_target):
+    import numpy as np
+
+    dec = SpeculativeDecoder(tiny_target, PromptLookupDrafter(), k=2)
+    ids = tiny_target.tokenizer("abcab")["input_ids"]
+    sp = SamplingParams(seed=1)
+    want = dec.generate([ids, ids], 6, sp, seeds=[3, -(2**63)]).token_ids
+    for prompt, seeds in [(torch.tensor(ids), torch.tensor([3, -(2**63)])), (np.array(ids), np.array([3, -(2**63)])),
+                          ([np.int64(t) for t in ids], [np.int32(3), -(2**63)])]:
+        assert dec.generate([prompt, prompt], 6, sp, seeds=seeds).token_ids == want
+
+
+class _WideTokenizer:
+    """The tiny tokenizer, but every token decodes to its character twice ("a" -> "aa"): tokens
+    wider than one character, as in BPE vocabularies, so a stop string can end inside a token."""
+
+    def __init__(self, tok) -> None:
+        self._tok = tok
+
+    def __getattr__(self, name: str):
+        return getattr(self._tok, name)
+
+    def __call__(self, *args, **kwargs):
+        return self._tok(*args, **kwargs)
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join(2 * self._tok.decode([i], skip_special_tokens=skip_special_tokens) for i in ids)
+
+
+@pytest.mark.parametrize("drafter", ["none", "ngram"])
+def test_stop_string_inside_a_token_stays_cut_while_other_rows_run(tiny_target, drafter):
+    """A row stopped by a string that ends inside a token kept its text only until the next
+    pass re-decoded it (bringing the token's whole text back) while another row still ran."""
+    from verispec.models import CausalLM
+
+    wide = CausalLM(model=tiny_target.model, tokenizer=_WideTokenizer(tiny_target.tokenizer), name="wide")
+    prompts = ["hello world hello wor", "x"]  # greedy texts that never emit EOS in 24 tokens
+    dec = SpeculativeDecoder(wide, None if drafter == "none" else PromptLookupDrafter(), k=3)
+    full = dec.generate(prompts, 24, GREEDY)
+    assert full.finish_reasons == ["length", "length"]
+    text0, text1 = full.texts
+    # A stop string that first occurs in row 0 early, starting in the middle of a token (odd
+    # offset), and never in row 1: row 0 stops after a few passes, row 1 runs to the end.
+    cut, stop = next((i, text0[i:i + 2]) for i in range(5, 30, 2)
+                     if text0.find(text0[i:i + 2]) == i and text0[i:i + 2] not in text1)
+    res = dec.generate(prompts, 24, GREEDY, stop=[stop])
+    assert res.finish_reasons == ["stop", "length"]
+    assert res.texts == [text0[:cut], text1]  # before the fix: text0[:cut + 1], the stop string's start
+    assert res.token_ids == [full.token_ids[0][: cut // 2 + 1], full.token_ids[1]]
+
+
+def test_streaming_holds_back_what_may_start_a_stop_string(tiny_target):
+    """A streamed piece cannot be taken back: text that may be the start of a stop string waits
+    until the next tokens show whether it is. Before, the stream sent "...,," for a final "...,"."""
+    from verispec.models import CausalLM
+
+    wide = CausalLM(model=tiny_target.model, tokenizer=_WideTokenizer(tiny_target.tokenizer), name="wide")
+    dec = SpeculativeDecoder(wide, PromptLookupDrafter(), k=3)
+    prompt = "hello world hello wor"
+    text = dec.generate([prompt], 24, GREEDY).texts[0]
+    for cut in (5, 7, 9):  # inside a token
+        stop = text[cut:cut + 2]
+        assert text.find(stop) == cut
+        pieces = list(dec.generate(prompt, 24, GREEDY, stop=["qqq", stop], stream=True))
+        assert "".join(pieces) == dec.last_result.texts[0] == text[:cut]
+
+
+def _accepted_drafts_among(n_tokens: int, k: int) -> int:
+    """With a drafter that is always accepted at fixed K, every pass emits K drafts then a bonus:
+    of the first n tokens of a row, those at index K, 2K + 1, ... are bonuses, the rest drafts."""
+    return n_tokens - n_tokens // (k + 1)
+
+
+@pytest.mark.parametrize("cut", [4, 7])  # 4: the stop string starts at the previous pass's bonus
+def test_drafts_cut_by_a_stop_string_are_not_counted_accepted(tiny_target, cut):
+    k = 4
+    dec = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_target), k=k)  # the target drafts for itself
+    full = dec.generate(["x"], 20, GREEDY)
+    text = full.texts[0]
+    stop = next(text[cut:cut + n] for n in range(2, 8) if text.find(text[cut:cut + n]) == cut)
+    res = dec.generate(["x"], 20, GREEDY, stop=[stop])
+    st = res.stats
+    assert res.finish_reasons == ["stop"] and len(res.token_ids[0]) == cut  # one character per token
+    assert st.accepted == _accepted_drafts_among(cut, k)  # before the fix: 4 per pass, trimmed ones too
+    assert sum(st.slot_accepted) == st.accepted and sum(st.slot_tested) == st.tested == st.accepted
+    assert st.rejected == 0 and st.alpha == 1.0
+    assert st.emitted == cut and st.drafted == k * st.target_forwards
+
+
+def test_drafts_after_an_eos_are_not_counted_accepted(tiny_target):
+    """Rows ending at an EOS inside an accepted draft: the drafts after it are not returned,
+    so they are not accepted (nor tested); every slot count stays consistent."""
+    k, n = 4, 300
+    dec = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_target), k=k)
+    res = dec.generate(["hello there"] * n, 20, SamplingParams(temperature=1.5), seeds=list(range(n)))
+    st = res.stats
+    lengths = [len(t) for t in res.token_ids]
+    ended_in_draft = sum(len(t) % (k + 1) != 0 and t[-1] == EOS_ID for t in res.token_ids)
+    assert ended_in_draft >= 10  # the case under test occurs
+    assert st.rejected == 0  # p == q: every draft passes
+    assert st.accepted == sum(_accepted_drafts_among(m, k) for m in lengths)  # before the fix: drafts after EOS too
+    assert sum(st.slot_accepted) == st.accepted and sum(st.slot_tested) == st.tested
+    assert all(a <= t <= d for a, t, d in zip(st.slot_accepted, st.slot_tested, st.slot_drafted))
+    assert st.alpha == 1.0 and st.emitted == sum(lengths)

@@ -26,10 +26,12 @@ produces the same tokens alone or in any batch (bit-identical at float64 in the 
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from .drafters import DraftContext, Drafter
@@ -58,6 +60,11 @@ class GenerationStats:
       alpha whenever drafts follow a rejection, e.g. 0.38 for alpha 0.65 at K = 4;
     * ``tau`` = emitted tokens per row per target forward (prefill excluded; 1 for target-only);
     * ``per_position_acceptance[i]`` = P(draft slot i accepted | slots < i accepted).
+
+    Only returned tokens count: drafts the verifier accepted after an EOS, or that a stop
+    string cut off, are neither accepted nor tested (the draft counts as cut where its row
+    ended; they stay in ``drafted``, as they were paid for), and a cut-off residual token
+    takes its rejection with it.
     """
 
     drafted: int = 0
@@ -165,10 +172,16 @@ class SpeculativeDecoder:
     # ------------------------------------------------------------------------------------------
 
     def encode(self, prompts: Sequence[str | Sequence[int]], chat: bool = False) -> list[list[int]]:
-        """Token ids for each prompt (strings go through the tokenizer, with the chat template if ``chat``)."""
+        """Token ids for each prompt (strings go through the tokenizer, with the chat template if ``chat``).
+
+        A prompt is a ``str`` or its token ids: a list/tuple of ints or a 1-D integer tensor or
+        array. Anything else (bytes, floats, bools, nested lists) raises ``TypeError`` naming it.
+        """
         tok = self.target.tokenizer
-        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-            raise TypeError("prompts must be a list of strings or of token-id lists")
+        if isinstance(prompts, (bytes, bytearray)):
+            raise TypeError("prompts is bytes: decode it to str first (or pass token ids)")
+        if isinstance(prompts, str) or not isinstance(prompts, Sequence):
+            raise TypeError(f"prompts must be a list of strings or of token-id lists, got {type(prompts).__name__}")
         if len(prompts) == 0:
             raise ValueError("prompts is empty")
         out = []
@@ -183,7 +196,9 @@ class SpeculativeDecoder:
                 else:
                     ids = tok(p, add_special_tokens=True)["input_ids"]
             else:
-                ids = [int(t) for t in p]
+                if not isinstance(p, (Sequence, torch.Tensor, np.ndarray)):
+                    raise TypeError(f"prompts[{i}] must be a string or a list of token ids, got {type(p).__name__}")
+                ids = _int_list(p, f"prompts[{i}]")
                 bad = [t for t in ids if not 0 <= t < self.target.vocab_size]
                 if bad:
                     raise ValueError(f"prompts[{i}] has token ids outside [0, {self.target.vocab_size}): {bad[:5]}")
@@ -223,8 +238,9 @@ class SpeculativeDecoder:
             raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
         single = isinstance(prompts, str)
         ids = self.encode([prompts] if single else prompts, chat=chat)
-        if stop is not None and (isinstance(stop, str) or any(not isinstance(s, str) or not s for s in stop)):
-            raise ValueError("stop must be a list of non-empty strings")
+        if stop is not None and (isinstance(stop, str) or not isinstance(stop, Sequence)
+                                 or any(not isinstance(s, str) or not s for s in stop)):
+            raise ValueError(f"stop must be a list of non-empty strings, got {stop!r}")
         limit = getattr(self.target.model.config, "max_position_embeddings", None)
         for i, p in enumerate(ids):
             if limit is not None and len(p) + max_new_tokens > limit:
@@ -232,9 +248,9 @@ class SpeculativeDecoder:
                                  f"it exceeds the model's context of {limit} tokens")
         B = len(ids)
         if seeds is not None:
-            if len(seeds) != B:
-                raise ValueError(f"seeds has {len(seeds)} entries for {B} prompts")
-            seed_t = torch.tensor(list(seeds), dtype=torch.int64)
+            seed_t = torch.tensor(_int64_seeds(seeds), dtype=torch.int64)
+            if len(seed_t) != B:
+                raise ValueError(f"seeds has {len(seed_t)} entries for {B} prompts")
         elif sampling.seed is not None:
             seed_t = torch.full((B,), sampling.seed, dtype=torch.int64)
         else:
@@ -253,9 +269,12 @@ class SpeculativeDecoder:
         for text in self._run(ids, max_new_tokens, sampling, stop, seeds):
             if text[0].endswith("\ufffd"):  # half a multi-byte character: wait for the rest
                 continue
-            if len(text[0]) > len(sent):
-                yield text[0][len(sent):]
-                sent = text[0]
+            # Hold back a tail that may be the start of a stop string: a piece once yielded
+            # cannot be taken back when the next tokens complete the stop string.
+            safe = len(text[0]) - _stop_prefix_tail(text[0], stop or ())
+            if safe > len(sent):
+                yield text[0][len(sent):safe]
+                sent = text[0][:safe]
         final = self.last_result.texts[0]
         if len(final) > len(sent):
             yield final[len(sent):]
@@ -296,6 +315,7 @@ class SpeculativeDecoder:
         stats.time_prefill = time.perf_counter() - t0
 
         generated: list[list[int]] = [[] for _ in range(B)]
+        origins: list[list[int]] = [[] for _ in range(B)]  # per generated token: see _uncount
         finish: list[str | None] = [None] * B
         texts = [""] * B
         policy = _KState(self.k, self.max_k, B) if drafter is not None else None
@@ -348,8 +368,13 @@ class SpeculativeDecoder:
                          method=self.method, greedy=sampling.greedy, validate=False)
             stats.time_verify += time.perf_counter() - t0
 
-            # Bookkeeping: emitted tokens per row, EOS / length / stop.
+            # Bookkeeping: emitted tokens per row, EOS / length / stop. The stats count the whole
+            # verification first; tokens then dropped (after an EOS, or by a stop string below)
+            # are taken back out by their origins, so stats describe only the tokens returned.
+            self._account(stats, out, n_draft, active)
             n_emit = out.num_emitted.tolist()
+            n_acc = out.num_accepted.tolist()
+            n_dr = n_draft.tolist()
             rows_tokens = out.tokens.tolist()
             emitted: list[list[int]] = []
             for b in range(B):
@@ -357,16 +382,19 @@ class SpeculativeDecoder:
                     emitted.append([])
                     continue
                 new = rows_tokens[b][: n_emit[b]]
+                # accepted drafts at slots 0..n_acc-1, then the bonus or the residual after a rejection
+                why = list(range(n_acc[b])) + [_BONUS if n_acc[b] == n_dr[b] else _residual_origin(n_acc[b])]
                 for i, t in enumerate(new):
                     if t in eos_ids:
-                        new = new[: i + 1]
+                        _uncount(stats, why[i + 1:])
+                        new, why = new[: i + 1], why[: i + 1]
                         finish[b] = "eos"
                         break
                 generated[b].extend(new)
+                origins[b].extend(why)
                 emitted.append(new)
                 if finish[b] is None and len(generated[b]) >= max_new:
                     finish[b] = "length"
-            self._account(stats, out, n_draft, active)
             if policy is not None:
                 policy.observe(out, n_draft, active & ~scored, stats)  # scored rows have their own estimates
 
@@ -380,16 +408,18 @@ class SpeculativeDecoder:
             elif drafter is not None:
                 drafter.update(emitted)
 
-            texts = [tok.decode(g, skip_special_tokens=True) for g in generated]
-            if stop:
-                for b in range(B):
-                    if finish[b] in (None, "length", "eos"):
-                        cut = _find_stop(texts[b], stop)
-                        if cut is not None:
-                            texts[b] = texts[b][:cut]
-                            generated[b] = _trim_to_text(tok, generated[b], texts[b])
-                            finish[b] = "stop"
-            yield texts
+            # Decode only the rows that ran in this pass: a finished row's text is final (re-decoding
+            # a row cut by a stop string would bring back the stop string's start in its last token).
+            for b in torch.nonzero(active).flatten().tolist():
+                texts[b] = tok.decode(generated[b], skip_special_tokens=True)
+                cut = _find_stop(texts[b], stop) if stop else None
+                if cut is not None:
+                    texts[b] = texts[b][:cut]
+                    n_keep = len(_trim_to_text(tok, generated[b], texts[b]))
+                    _uncount(stats, origins[b][n_keep:])
+                    generated[b], origins[b] = generated[b][:n_keep], origins[b][:n_keep]
+                    finish[b] = "stop"
+            yield list(texts)
 
         stats.wall = time.perf_counter() - t_start
         stats.emitted = sum(len(g) for g in generated)
@@ -513,12 +543,76 @@ class _KState:
         return torch.where(rows, rate.argmax(1), n_draft), rows
 
 
+_BONUS = -1  # origin of a token drawn from p: the bonus after every draft passed (or target-only)
+
+
+def _residual_origin(slot: int) -> int:
+    """Origin code of the token drawn from the residual after draft ``slot`` was rejected."""
+    return -2 - slot
+
+
+def _uncount(stats: GenerationStats, origins: Sequence[int]) -> None:
+    """Take dropped tokens (after an EOS, or cut by a stop string) back out of the stats.
+
+    ``origins`` codes one dropped token each: ``s >= 0`` an accepted draft at slot s, ``_BONUS``,
+    or ``_residual_origin(s)`` (drawn after slot s was rejected). The dropped tokens are always
+    a suffix of their row, so this leaves the stats of a draft cut where the row now ends: its
+    later slots count as drafted but not tested (neither accepted nor rejected), as nothing
+    returned depends on their outcome.
+    """
+    for o in origins:
+        if o >= 0:
+            stats.accepted -= 1
+            stats.slot_accepted[o] -= 1
+            stats.slot_tested[o] -= 1
+        elif o != _BONUS:
+            stats.rejected -= 1
+            stats.slot_tested[-2 - o] -= 1
+
+
 def add_counts(total: list[int], counts: Sequence[int]) -> None:
     """``total[i] += counts[i]`` for every i, growing ``total`` with zeros as needed (in place):
     per-slot and per-length tallies whose length varies between passes and generations."""
     total.extend([0] * (len(counts) - len(total)))
     for i, n in enumerate(counts):
         total[i] += n
+
+
+def _int_list(p: object, name: str, what: str = "token id") -> list[int]:
+    """``p`` as a list of Python ints: a list/tuple of ints (numpy ints and 0-d integer tensors
+    included) or a 1-D integer tensor/array. Floats (``int()`` would truncate them silently),
+    bools and bytes are refused with a ``TypeError`` naming ``name``."""
+    if isinstance(p, (bytes, bytearray)):
+        raise TypeError(f"{name} is bytes: decode it to str first (or pass {what}s as ints)")
+    if isinstance(p, (torch.Tensor, np.ndarray)):
+        if not _integer_dtype(p) or p.ndim != 1:
+            raise TypeError(f"{name} must be a 1-D integer tensor of {what}s, got {p.ndim}-D {p.dtype}")
+        return [int(t) for t in p.tolist()]
+    if isinstance(p, str) or not isinstance(p, Sequence):
+        raise TypeError(f"{name} must be a list of int {what}s, got {type(p).__name__}")
+    out = []
+    for j, t in enumerate(p):
+        if isinstance(t, (torch.Tensor, np.ndarray)) and t.ndim == 0 and _integer_dtype(t):
+            t = t.item()
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Integral):
+            raise TypeError(f"{name}[{j}] must be an int {what}, got {type(t).__name__} {t!r}")
+        out.append(int(t))
+    return out
+
+
+def _integer_dtype(x: torch.Tensor | np.ndarray) -> bool:
+    if isinstance(x, torch.Tensor):
+        return not (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool)
+    return x.dtype.kind in "iu"
+
+
+def _int64_seeds(seeds: object) -> list[int]:
+    """``seeds`` as Python ints that fit int64, the key of the counter-based RNG."""
+    values = _int_list(seeds, "seeds", "seed")
+    for i, v in enumerate(values):
+        if not -(2**63) <= v < 2**63:
+            raise ValueError(f"seeds[{i}] = {v} does not fit in int64 [-2**63, 2**63)")
+    return values
 
 
 def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
@@ -534,6 +628,11 @@ def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
 def _find_stop(text: str, stop: Sequence[str]) -> int | None:
     hits = [text.find(s) for s in stop if s in text]
     return min(hits) if hits else None
+
+
+def _stop_prefix_tail(text: str, stop: Sequence[str]) -> int:
+    """Length of the longest end of ``text`` that is a proper prefix of a stop string."""
+    return max((n for s in stop for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
 
 
 def _trim_to_text(tok, ids: list[int], text: str) -> list[int]:

@@ -272,8 +272,13 @@ def test_bench_end_to_end_writes_every_output(tiny_pair, tmp_path: Path, one_thr
     report = json.loads((out / "report.json").read_text())
     assert list(report)[0] == "summary"
     s = report["summary"]
-    assert set(s) == {"workload", "target", "baseline_tokens_per_s", "greedy_outputs_equal", "best", "vs_hf"}
-    assert set(s["best"]) == {"drafter", "k", "tokens_per_s", "speedup", "alpha", "tau", "predicted_speedup"}
+    assert set(s) == {"workload", "target", "baseline", "baseline_tokens_per_s", "reliable", "greedy_outputs_equal",
+                      "best", "vs_hf", "vs_hf_best", "vs_hf_best_ci", "vs_hf_best_configs"}
+    assert set(s["best"]) == {"drafter", "k", "tokens_per_s", "speedup", "speedup_ci", "alpha", "tau",
+                              "predicted_speedup"}
+    assert s["baseline"] in ("target-only", "hf target-only")  # the faster of the two (timing: either may win)
+    assert s["vs_hf_best"] is not None and len(s["vs_hf_best_configs"]) == 2
+    assert {"reliability", "baselines", "warnings"} <= set(report)
     assert s["workload"] == "short.jsonl" and s["baseline_tokens_per_s"] > 0
     assert s["greedy_outputs_equal"] is True  # exactness: speculative greedy == target-only greedy
     assert report["hf_outputs_equal"] is True  # and HF's greedy agrees
@@ -287,6 +292,9 @@ def test_bench_end_to_end_writes_every_output(tiny_pair, tmp_path: Path, one_thr
     assert cfgs["ngram k=2"]["vs_hf"] is not None and cfgs["ngram k=2"]["hf_config"] == "hf ngram k=2"
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert len(rows) == 3 * len(cfgs)  # one row per prompt x config
+    assert {"speedup_low", "speedup_high", "config_speedup_low", "config_speedup_high", "baseline"} <= set(rows[0])
+    for c in cfgs.values():  # 3 prompts: every speedup but the baseline's own has an interval
+        assert (c["speedup_ci"] is None) == c["reference"]
     assert {r["equal_to_baseline"] for r in rows if r["engine"] == "verispec" and r["drafter"]} == {"True"}
     for name in ("speedup_vs_k.png", "acceptance_per_position.png", "tokens_per_s_by_category.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -371,3 +379,286 @@ def test_bench_default_drafter_matches_generate(tiny_pair) -> None:
     tgt = load_causal_lm(target)
     specs = _load_drafters(["default"], tgt, str(target), Console(quiet=True), [])
     assert [d.label for d in specs] == ["ngram"]  # not a built-in target: prompt lookup, as in generate
+
+
+# ---------------------------------------------------------------------------------------------- noisy machines
+# Issue 13, section 4: repeats, bootstrap intervals, the faster of two baselines, the one-token pass
+# check (and its single re-measure), theory bounded by its inputs. Fake timings only: no assertion
+# here depends on how fast anything ran.
+
+from rich.console import Console  # noqa: E402
+
+from verispec.bench.intervals import bootstrap_ratio, bootstrap_repeats_ratio  # noqa: E402
+from verispec.bench.reliability import one_token_pass_check, relative_gap  # noqa: E402
+from verispec.bench.report import _csv, print_report  # noqa: E402
+from verispec.bench.runner import BenchConfig, BenchRun, Measurement  # noqa: E402
+from verispec.bench.theory import monotone_costs, non_monotone  # noqa: E402
+from verispec.bench.workloads import BenchPrompt  # noqa: E402
+
+
+def _fake_stats(n: int, wall: float, widths: dict[int, list[float]], drafted: int = 0, accepted: int = 0,
+                rejected: int = 0, lengths: list[int] | None = None) -> GenerationStats:
+    """Stats of one generation of ``n`` tokens in ``wall`` s whose target passes took ``widths`` (width -> s)."""
+    passes = sum(len(v) for v in widths.values())
+    s = GenerationStats(drafted=drafted, accepted=accepted, rejected=rejected, emitted=n, target_forwards=passes,
+                        row_steps=passes, wall=wall, time_target=sum(sum(v) for v in widths.values()),
+                        time_draft=1e-4 * drafted)
+    s.verify_width_seconds = {w: list(v) for w, v in widths.items()}
+    s.draft_lengths = lengths if lengths is not None else [passes]
+    return s
+
+
+def _run(ms: list[Measurement], configs: list[BenchConfig], prompts: list[BenchPrompt], **kw) -> BenchRun:
+    return BenchRun("t", prompts, {p.id: [1] for p in prompts}, configs,
+                    BenchSettings(sampling=SamplingParams(temperature=0.0), ks=(2,)), ms, **kw)
+
+
+def _report(run: BenchRun) -> dict:
+    """``analyse`` plus the fields ``print_report`` reads from the command (no model needed)."""
+    rep = analyse(run)
+    rep["summary"]["workload"] = "fake"
+    rep["settings"] = {"max_new_tokens": 10, "sampling_desc": "greedy", "method": "exact"}
+    return rep
+
+
+def _printed(rep: dict) -> str:
+    console = Console(width=250, record=True, force_terminal=False)
+    print_report(rep, console)
+    return console.export_text()
+
+
+BASE, SPEC = BenchConfig("target-only", "verispec", None, None), BenchConfig("ngram k=2", "verispec", "ngram", 2)
+FOUR = [BenchPrompt(f"p{i}", "ab"[i % 2], "x") for i in range(4)]
+
+
+def _two_config_run(base_pass: float, spec_pass: float, spec_walls=(1.0, 1.2, 0.8, 1.1), repeats: int = 1) -> BenchRun:
+    """Four prompts x ``repeats``: target-only (10 tokens, 2 s) and ngram k=2 (10 tokens, ``spec_walls``),
+    whose one-token passes took ``base_pass`` / ``spec_pass`` seconds."""
+    ms = []
+    for r in range(repeats):
+        for i, p in enumerate(FOUR):
+            ms.append(Measurement(p.id, p.category, BASE.key, r, [1] * 10, 2.0 + 0.1 * r, "length",
+                                  _fake_stats(10, 2.0, {1: [base_pass] * 10})))
+            ms.append(Measurement(p.id, p.category, SPEC.key, r, [1] * 10, spec_walls[i] + 0.05 * r, "length",
+                                  _fake_stats(10, spec_walls[i], {1: [spec_pass] * 2, 3: [1.1 * spec_pass] * 3},
+                                              drafted=6, accepted=4, rejected=2, lengths=[2, 0, 3])))
+    return _run(ms, [BASE, SPEC], FOUR)
+
+
+def test_repeats_default_three_outside_quick() -> None:
+    from verispec.bench.command import _resolve
+
+    assert _resolve(_args())["repeats"] == 3
+    assert _resolve(_args("--quick"))["repeats"] == 1
+    assert _resolve(_args("--quick", "--repeats", "2"))["repeats"] == 2
+    assert _resolve(_args("--repeats", "5"))["repeats"] == 5
+    with pytest.raises(ValueError, match="--repeats must be >= 1, got 0"):
+        _resolve(_args("--repeats", "0"))
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_ratio() -> None:
+    tok_a, wall_a = [10, 20, 30, 40, 50], [1.0, 1.5, 2.5, 2.0, 4.0]
+    tok_b, wall_b = [10, 20, 30, 40, 50], [2.0, 2.5, 4.0, 5.0, 6.0]
+    ci = bootstrap_ratio(tok_a, wall_a, tok_b, wall_b)
+    assert ci == bootstrap_ratio(tok_a, wall_a, tok_b, wall_b)  # deterministic
+    point = (sum(tok_a) / sum(wall_a)) / (sum(tok_b) / sum(wall_b))
+    assert ci[0] < point < ci[1]
+    # Every resampled ratio lies between the smallest and largest per-prompt ratio.
+    per = [(t / w) / (t / v) for t, w, v in zip(tok_a, wall_a, wall_b)]
+    assert min(per) <= ci[0] and ci[1] <= max(per)
+    # Every prompt 2x faster: no spread at all.
+    assert bootstrap_ratio([5, 7], [1.0, 2.0], [5, 7], [2.0, 4.0]) == (pytest.approx(2.0), pytest.approx(2.0))
+    assert bootstrap_ratio([5], [1.0], [5], [2.0]) is None  # one prompt: nothing to resample
+    with pytest.raises(ValueError, match="one value per prompt"):
+        bootstrap_ratio([1, 2], [1.0], [1, 2], [1.0, 2.0])
+    # Over repeats: one prompt's ratio of median walls; None with a single repeat.
+    lo, hi = bootstrap_repeats_ratio(10, [1.0, 1.1, 0.9], 10, [2.0, 2.2, 1.8])
+    assert lo <= 2.0 <= hi and bootstrap_repeats_ratio(10, [1.0], 10, [2.0, 2.1]) is None
+
+
+def test_every_speedup_has_a_bootstrap_interval(tmp_path: Path) -> None:
+    run = _two_config_run(0.1, 0.1, repeats=2)
+    rep = _report(run)
+    base, spec = rep["configs"]
+    assert base["reference"] and base["speedup"] is None and base["speedup_ci"] is None
+    # 40 tokens over a median wall of 2.05 s per prompt vs 40 over the spec medians.
+    walls = [1.025, 1.225, 0.825, 1.125]
+    assert spec["speedup"] == pytest.approx((40 / sum(walls)) / (40 / (4 * 2.05)))
+    assert spec["speedup_ci"] == pytest.approx(list(bootstrap_ratio([10] * 4, walls, [10] * 4, [2.05] * 4)))
+    assert rep["summary"]["best"]["speedup_ci"] == spec["speedup_ci"]
+    # Per category (two prompts each) and per prompt (two repeats each): intervals too.
+    assert rep["categories"]["a"]["ngram k=2"]["speedup_ci"] == pytest.approx(list(
+        bootstrap_ratio([10, 10], walls[0::2], [10, 10], [2.05, 2.05])))
+    pp = next(p for p in rep["per_prompt"] if p["config"] == SPEC.key and p["prompt_id"] == "p0")
+    assert pp["speedup"] == pytest.approx(2.05 / 1.025) and pp["speedup_ci"][0] <= pp["speedup"] <= pp["speedup_ci"][1]
+    rows = list(csv.DictReader(_csv(rep).splitlines()))
+    row = next(r for r in rows if r["config"] == SPEC.key and r["prompt_id"] == "p0")
+    assert float(row["speedup_low"]) == pytest.approx(pp["speedup_ci"][0], rel=1e-5)
+    assert float(row["config_speedup_high"]) == pytest.approx(spec["speedup_ci"][1], rel=1e-5)
+    assert row["baseline"] == "target-only" and row["run_reliable"] == "True"
+    assert f"[{spec['speedup_ci'][0]:.2f}-{spec['speedup_ci'][1]:.2f}]" in _printed(rep)
+    from verispec.bench.report import write_outputs
+
+    write_outputs(rep, tmp_path)
+    assert json.loads((tmp_path / "report.json").read_text())["configs"][1]["speedup_ci"] == spec["speedup_ci"]
+
+
+def test_compare_hf_speedups_are_over_the_faster_baseline() -> None:
+    """HF's plain generate at 7.5 tok/s against verispec's 5: speedups over 7.5, with a warning."""
+    hf_base = BenchConfig("hf target-only", "hf", None, None)
+    hf_ngram = BenchConfig("hf ngram k=2", "hf", "ngram", 2)
+    run = _two_config_run(0.1, 0.1, spec_walls=(1 / 3,) * 4)  # verispec ngram: 30 tok/s
+    for p in FOUR:
+        run.measurements.append(Measurement(p.id, p.category, hf_base.key, 0, [1] * 10, 4 / 3, "length"))
+        run.measurements.append(Measurement(p.id, p.category, hf_ngram.key, 0, [1] * 10, 0.5, "length"))
+    run.configs += [hf_base, hf_ngram]
+    rep = _report(run)
+    cfg = {c["config"]: c for c in rep["configs"]}
+    assert cfg["ngram k=2"]["speedup"] == pytest.approx(4.0)  # 30 / 7.5, not 30 / 5
+    assert rep["summary"]["baseline"] == "hf target-only"
+    assert rep["summary"]["baseline_tokens_per_s"] == pytest.approx(7.5)
+    assert cfg["target-only"]["speedup"] == pytest.approx(5 / 7.5) and not cfg["target-only"]["reference"]
+    assert cfg["hf ngram k=2"]["speedup"] == pytest.approx(20 / 7.5) and cfg["hf target-only"]["reference"]
+    assert rep["categories"]["a"]["ngram k=2"]["speedup"] == pytest.approx(4.0)
+    assert rep["baselines"]["differ"] is True and rep["baselines"]["gap"] == pytest.approx(0.5)
+    assert any("baselines differ by 50%" in w for w in rep["warnings"])
+    # The fastest verispec config (ngram, 30 tok/s) over the fastest HF config (HF ngram, 20 tok/s).
+    assert rep["summary"]["vs_hf_best"] == pytest.approx(1.5)
+    assert rep["summary"]["vs_hf_best_configs"] == ["ngram k=2", "hf ngram k=2"]
+    assert rep["summary"]["vs_hf_best_ci"] == [pytest.approx(1.5), pytest.approx(1.5)]
+    text = _printed(rep)
+    assert "4.00x" in text and "6.00x" not in text and "over hf target-only" in text
+    # Baselines within 10%: no warning, and the faster one (verispec here) is still the reference.
+    for m in run.measurements:
+        if m.config == hf_base.key:
+            m.wall = 2.1
+    rep = _report(run)
+    assert rep["summary"]["baseline"] == "target-only" and rep["baselines"]["differ"] is False
+    assert not any("baselines differ" in w for w in rep["warnings"])
+
+
+def test_one_token_pass_check() -> None:
+    assert relative_gap(197, 34) == pytest.approx(197 / 34 - 1) and relative_gap(34, 197) == relative_gap(197, 34)
+    run = _two_config_run(0.197, 0.034)
+    c = one_token_pass_check(run.measurements, BASE.key, [SPEC.key])
+    assert (c["baseline_pass_ms"], c["speculative_pass_ms"]) == (pytest.approx(197), pytest.approx(34))
+    assert (c["baseline_passes"], c["speculative_passes"], c["agree"]) == (40, 8, False)
+    assert one_token_pass_check(_two_config_run(0.060, 0.053).measurements, BASE.key, [SPEC.key])["agree"] is True
+    assert one_token_pass_check(_two_config_run(0.060, 0.051).measurements, BASE.key, [SPEC.key])["agree"] is False
+    # Means, not medians: a few passes stalled for a second (a contended 2-core machine) move the
+    # summed time, and so the speedup, but not the median.
+    stalled = _two_config_run(0.058, 0.058)
+    for m in stalled.measurements:
+        if m.config == BASE.key and m.prompt_id == "p0":
+            m.stats.verify_width_seconds[1][:3] = [1.0, 1.0, 1.0]
+    c = one_token_pass_check(stalled.measurements, BASE.key, [SPEC.key])
+    assert c["baseline_median_ms"] == pytest.approx(58) and c["agree"] is False
+    assert c["baseline_pass_ms"] == pytest.approx((37 * 58 + 3000) / 40)
+    # A drafter that never makes a one-token pass: nothing to compare, not a failure.
+    ms = [m for m in run.measurements if m.config == BASE.key]
+    assert one_token_pass_check(ms, BASE.key, [SPEC.key])["agree"] is None
+
+
+def test_disagreeing_one_token_passes_mark_the_run_unreliable(tmp_path: Path) -> None:
+    """The issue's run: target-only at 197 ms per pass, 34 ms inside the speculative configs."""
+    rep = _report(_two_config_run(0.197, 0.034))
+    assert rep["summary"]["reliable"] is False and rep["reliability"]["reliable"] is False
+    assert rep["warnings"][0].startswith("UNRELIABLE RUN: target-only's one-token passes took 197.0 ms")
+    text = _printed(rep)
+    assert "UNRELIABLE" in text and "no headline" in text and "best:" not in text
+    from verispec.bench.report import write_outputs
+
+    write_outputs(rep, tmp_path)
+    assert json.loads((tmp_path / "report.json").read_text())["summary"]["reliable"] is False
+    assert {r["run_reliable"] for r in csv.DictReader((tmp_path / "results.csv").open())} == {"False"}
+    # Passes that agree: a headline.
+    rep = _report(_two_config_run(0.060, 0.058))
+    assert rep["summary"]["reliable"] is True and "best: ngram k=2" in _printed(rep)
+
+
+class _FakeGenerate:
+    """Stands in for ``runner._generate``: 10 tokens per call; target-only's one-token passes take
+    ``base_passes[i]`` s on its i-th timed round (one round = every prompt x repeat), 0.034 s inside
+    ngram configs."""
+
+    def __init__(self, base_passes: list[float]) -> None:
+        self.base_passes = base_passes
+        self.calls: list[str] = []
+
+    def __call__(self, cfg, target, ids, max_new, settings, seed):
+        self.calls.append(cfg.key)
+        if cfg.drafter is None:
+            rounds = self.calls.count(cfg.key) - 1  # minus the warm-up
+            per_round = settings.repeats * 2  # two prompts
+            t = self.base_passes[min(len(self.base_passes) - 1, max(0, rounds - 1) // per_round)]
+            return [1] * max_new, 10 * t, "length", _fake_stats(max_new, 10 * t, {1: [t] * 10})
+        st = _fake_stats(max_new, 0.2, {1: [0.034] * 2, 3: [0.04] * 3}, drafted=6, accepted=4, rejected=2,
+                         lengths=[2, 0, 3])
+        return [1] * max_new, 0.2, "length", st
+
+
+@pytest.mark.parametrize("second, reliable", [(0.035, True), (0.197, False)])
+def test_runner_remeasures_the_baseline_once(monkeypatch, second: float, reliable: bool) -> None:
+    target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    prompts = [BenchPrompt("a", "c", "abc abc", chat=False), BenchPrompt("b", "c", "hello", chat=False)]
+    fake = _FakeGenerate([0.197, second])
+    monkeypatch.setattr(bench_runner, "_generate", fake)
+    settings = BenchSettings(max_new_tokens=10, sampling=SamplingParams(temperature=0.0), ks=(2,), repeats=2,
+                             warmup_tokens=2)
+    run = run_benchmark(target, [DrafterSpec("ngram", PromptLookupDrafter(), "ngram")], prompts, settings)
+    # Warm-up + 2 repeats x 2 prompts, then exactly one re-measure of 2 x 2: bounded.
+    assert fake.calls.count("target-only") == 1 + 4 + 4 and fake.calls.count("ngram k=2") == 1 + 4
+    assert [c["agree"] for c in run.baseline_checks] == [False, reliable]
+    assert len(run.superseded) == 4 and sum(m.config == "target-only" for m in run.measurements) == 4
+    assert any("re-measured once" in n for n in run.notes)
+    rep = analyse(run)
+    assert rep["summary"]["reliable"] is reliable and rep["reliability"]["remeasured"] is True
+    # The speedup is over the re-measured baseline (10 passes of `second` s per 10 tokens).
+    assert rep["summary"]["baseline_tokens_per_s"] == pytest.approx(1 / second)
+    # Without the option: no re-measure, the run is simply flagged.
+    fake.calls.clear()
+    settings.remeasure_baseline = False
+    run = run_benchmark(target, [DrafterSpec("ngram", PromptLookupDrafter(), "ngram")], prompts, settings)
+    assert fake.calls.count("target-only") == 5 and analyse(run)["summary"]["reliable"] is False
+
+
+def test_theory_never_predicts_more_than_its_inputs_allow() -> None:
+    """A loaded baseline inflates v(1), so v(2)/v(1) < 1; the old code then printed "optimal K 1,
+    predicted 2.58x" although one draft yields at most 2 tokens per pass."""
+    load = {1: 1.0, 2: 0.7, 3: 0.75, 5: 1.3}
+    k, s = optimal_k(0.95, 0.0, load, max_k=1)
+    assert k == 1 and s <= 2.0  # the old code: 1.95 / 0.7 = 2.79x
+    s, _, _ = predicted_speedup_over_lengths(1.0, [0, 10], 0.0, load)
+    assert s <= 2.0
+    assert verify_cost(load, 2) == 1.0 and verify_cost({2: 0.5}, 4) == 1.0
+    assert monotone_costs(load) == {1: 1.0, 2: 1.0, 3: 1.0, 5: 1.3}
+    assert non_monotone(load) == [{"width": 2, "cost": 0.7, "narrower_width": 1, "narrower_cost": 1.0},
+                                  {"width": 3, "cost": 0.75, "narrower_width": 1, "narrower_cost": 1.0}]
+    assert non_monotone({1: 1.0, 2: 1.1, 3: 1.2}) == []
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):  # any measured costs, any alpha and c: at most K + 1 tokens per pass of cost >= 1
+        ratios = {w: rng.uniform(0.2, 3.0) for w in rng.sample(range(1, 14), 4)}
+        alpha, c = rng.random(), rng.uniform(0.0, 0.2)
+        k, s = optimal_k(alpha, c, ratios)
+        assert s <= k + 1 + 1e-12
+        lengths = [rng.randrange(5) for _ in range(6)]
+        if sum(lengths):
+            assert predicted_speedup_over_lengths(alpha, lengths, 0.0, ratios)[0] <= len(lengths) + 1e-12
+
+
+def test_report_says_when_verify_costs_are_not_monotone() -> None:
+    # Baseline passes at 0.197 s pool into v(1); the speculative configs' 3-token passes took 0.04 s.
+    rep = _report(_two_config_run(0.197, 0.034))
+    th = rep["theory"]
+    assert th["verify_monotone"] is False
+    assert th["verify_non_monotone"] == [{"width": 3, "ms": pytest.approx(37.4), "narrower_width": 1,
+                                          "narrower_ms": pytest.approx(197.0)}]
+    assert th["verify_ratio_used"] == {1: 1.0, 3: 1.0}
+    for name, d in th["drafters"].items():
+        assert d["optimal_predicted_speedup"] <= d["optimal_k"] + 1
+    spec = rep["configs"][1]
+    assert spec["predicted_speedup"] <= 3.0  # at most 2 drafts per pass here
+    assert "not monotone in width (v(3) 37.4 ms < v(1) 197.0 ms)" in _printed(rep)
+    assert _report(_two_config_run(0.034, 0.034))["theory"]["verify_monotone"] is True

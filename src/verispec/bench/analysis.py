@@ -1,11 +1,18 @@
 """Turn a :class:`BenchRun` into the numbers of the report (a JSON-ready dict).
 
 Aggregation (Spec-Bench style): a config's tokens/s = total tokens / total wall over prompts,
-each prompt's wall the median over repeats; speedup = that over the target-only tokens/s on
-the same prompts in the same run. alpha (accepted / tested, Leviathan's per-token acceptance),
-the draft acceptance (accepted / drafted), tau and per-position acceptance pool the counts of
-every generation of a config. Verify costs ``v(w)`` are medians of all target passes of width
-``w`` in the run (all verispec configs pooled, same model and machine), ``v(1)`` from them too.
+each prompt's wall the median over repeats; speedup = that over the baseline's tokens/s on
+the same prompts in the same run. The baseline is verispec's target-only decoding, or, with
+``--compare hf``, the faster of it and HF's plain ``generate`` (a warning when they differ by
+more than 10%). Every speedup carries a 95% bootstrap interval over prompts
+(:mod:`verispec.bench.intervals`; per prompt: over repeats). alpha (accepted / tested,
+Leviathan's per-token acceptance), the draft acceptance (accepted / drafted), tau and
+per-position acceptance pool the counts of every generation of a config. Verify costs ``v(w)``
+are medians of all target passes of width ``w`` in the run (all verispec configs pooled, same
+model and machine), ``v(1)`` from them too; predictions read them through their running maximum
+(:func:`verispec.bench.theory.monotone_costs`) and the report says where they are not monotone.
+The run is unreliable when the baseline's one-token passes and those inside the speculative
+configs disagree by more than 15% (:mod:`verispec.bench.reliability`).
 """
 
 from __future__ import annotations
@@ -13,11 +20,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..engine import GenerationStats, add_counts
+from .intervals import bootstrap_ratio, bootstrap_repeats_ratio
+from .reliability import BASELINE_TOLERANCE, one_token_pass_check, relative_gap
 from .runner import BenchConfig, BenchRun, Measurement
-from .theory import cost_ratio, median_widths, optimal_k, predicted_speedup_over_lengths, safe_ratio
+from .theory import (cost_ratio, median_widths, monotone_costs, non_monotone, optimal_k,
+                     predicted_speedup_over_lengths, safe_ratio)
 
 __all__ = ["analyse"]
 
@@ -25,16 +35,42 @@ _TIME_KEYS = ("time_prefill", "time_target", "time_draft", "time_verify", "time_
 
 
 def analyse(run: BenchRun) -> dict:
-    """All numbers of a run: per config, per prompt, per category, theory, equality checks."""
+    """All numbers of a run: per config, per prompt, per category, theory, equality and reliability checks."""
     by_cfg: dict[str, list[Measurement]] = defaultdict(list)
     for m in run.measurements:
         by_cfg[m.config].append(m)
     per_prompt = {c.key: _per_prompt(by_cfg.get(c.key, [])) for c in run.configs}
+    order = [p.id for p in run.prompts]  # the bootstrap's prompt order: fixed, so intervals are reproducible
     base_cfg = run.configs[0]
-    base = per_prompt[base_cfg.key]
     base_tokens: dict[str, list[int]] = {}
     for m in sorted(by_cfg.get(base_cfg.key, []), key=lambda m: m.repeat):
         base_tokens.setdefault(m.prompt_id, m.tokens)
+    warnings: list[str] = []
+
+    # The baseline: verispec target-only, or the faster of it and HF's plain generate.
+    ref_key = base_cfg.key
+    baselines = None
+    hf_base_cfg = next((c for c in run.configs if c.engine == "hf" and c.drafter is None), None)
+    if hf_base_cfg is not None:
+        vpp, hpp = per_prompt[base_cfg.key], per_prompt[hf_base_cfg.key]
+        common = set(vpp) & set(hpp)
+        v_tps, h_tps = _tps(vpp, common), _tps(hpp, common)
+        gap = relative_gap(v_tps, h_tps)
+        if math.isfinite(h_tps) and (not math.isfinite(v_tps) or h_tps > v_tps):
+            ref_key = hf_base_cfg.key
+        baselines = {"verispec": base_cfg.key, "hf": hf_base_cfg.key, "verispec_tokens_per_s": _nan_to_none(v_tps),
+                     "hf_tokens_per_s": _nan_to_none(h_tps), "gap": _nan_to_none(gap),
+                     "tolerance": BASELINE_TOLERANCE, "differ": bool(math.isfinite(gap) and gap > BASELINE_TOLERANCE),
+                     "reference": ref_key}
+        if baselines["differ"]:
+            warnings.append(f"the two target-only baselines differ by {100 * gap:.0f}% (> {100 * BASELINE_TOLERANCE:.0f}%"
+                            f"): verispec {v_tps:.2f} tok/s, HF generate {h_tps:.2f} tok/s; speedups are over the "
+                            f"faster ({ref_key})")
+    ref = per_prompt[ref_key]
+
+    def speedup(pp: dict, ids: Iterable[str] | None = None) -> tuple[float, list[float] | None]:
+        """(pp's speedup over the reference on the prompts both measured, its 95% interval)."""
+        return _ratio_ci(pp, ref, order, ids)
 
     # Verify cost table, pooled over every verispec target pass of the run.
     widths: dict[int, list[float]] = defaultdict(list)
@@ -51,13 +87,16 @@ def analyse(run: BenchRun) -> dict:
     configs = []
     for cfg in run.configs:
         ms = by_cfg.get(cfg.key, [])
-        row = _config_row(cfg, ms, per_prompt[cfg.key], base, v1, v_ratio)
+        row = _config_row(cfg, ms, per_prompt[cfg.key], v1, v_ratio)
+        row["reference"] = cfg.key == ref_key
+        sp, ci = speedup(per_prompt[cfg.key])
+        row["speedup"], row["speedup_ci"] = (None, None) if row["reference"] else (_nan_to_none(sp), ci)
         if cfg.is_baseline and greedy_check:
             row["mismatches"] = _mismatches(ms, base_tokens)  # repeats of the baseline itself
             row["outputs_equal"] = None if not ms else not row["mismatches"]
         elif not cfg.is_baseline and ((cfg.engine == "verispec" and greedy_check) or (cfg.engine == "hf" and hf_check)):
             row["mismatches"] = _mismatches(ms, base_tokens)
-            row["outputs_equal"] = None if not ms or not base else not row["mismatches"]
+            row["outputs_equal"] = None if not ms or not base_tokens else not row["mismatches"]
         else:
             row["mismatches"], row["outputs_equal"] = [], None
         configs.append(row)
@@ -65,7 +104,7 @@ def analyse(run: BenchRun) -> dict:
 
     # verispec vs HF: same drafter and K, or (adaptive K) HF's best setting of that drafter.
     for r in configs:
-        r["vs_hf"], r["hf_config"] = None, None
+        r["vs_hf"], r["vs_hf_ci"], r["hf_config"] = None, None, None
         if r["engine"] != "verispec" or r["drafter"] is None:
             continue
         same = [h for h in configs if h["engine"] == "hf" and h["drafter"] == r["drafter"] and h["tokens_per_s"]]
@@ -73,10 +112,19 @@ def analyse(run: BenchRun) -> dict:
         cands = exact or ([] if isinstance(r["k"], int) else same)
         if cands:
             h = max(cands, key=lambda h: h["tokens_per_s"])
-            common = set(per_prompt[r["config"]]) & set(per_prompt[h["config"]])
-            r["vs_hf"] = _nan_to_none(safe_ratio(_tps(per_prompt[r["config"]], common), _tps(per_prompt[h["config"]], common)))
-            r["hf_config"] = h["config"]
-    hf_base = next((r for r in configs if r["engine"] == "hf" and r["drafter"] is None), None)
+            ratio, ci = _ratio_ci(per_prompt[r["config"]], per_prompt[h["config"]], order)
+            r["vs_hf"], r["vs_hf_ci"], r["hf_config"] = _nan_to_none(ratio), ci, h["config"]
+    hf_base = rows[hf_base_cfg.key] if hf_base_cfg is not None else None
+
+    # The fastest verispec config (any, target-only included) over the fastest HF config.
+    vs_hf_best = vs_hf_best_ci = vs_hf_best_configs = None
+    fast_v = [r for r in configs if r["engine"] == "verispec" and r["tokens_per_s"]]
+    fast_h = [r for r in configs if r["engine"] == "hf" and r["tokens_per_s"]]
+    if fast_v and fast_h:
+        bv = max(fast_v, key=lambda r: r["tokens_per_s"])
+        bh = max(fast_h, key=lambda r: r["tokens_per_s"])
+        ratio, vs_hf_best_ci = _ratio_ci(per_prompt[bv["config"]], per_prompt[bh["config"]], order)
+        vs_hf_best, vs_hf_best_configs = _nan_to_none(ratio), [bv["config"], bh["config"]]
 
     # Predicted optimal K per drafter from its pooled alpha and c.
     drafters: dict[str, dict] = {}
@@ -89,7 +137,11 @@ def analyse(run: BenchRun) -> dict:
             d["rejected"] += r["rejected"]
             d["time_draft"] += r["time_draft"]
             d["draft_steps"] += r["draft_forwards"] or r["drafted"]
-    theory = {"v1_seconds": _nan_to_none(v1), "verify_seconds": v_sec, "verify_ratio": v_ratio, "drafters": {}}
+    drops = [{"width": d["width"], "ms": 1e3 * d["cost"], "narrower_width": d["narrower_width"],
+              "narrower_ms": 1e3 * d["narrower_cost"]} for d in non_monotone(v_sec)]
+    theory = {"v1_seconds": _nan_to_none(v1), "verify_seconds": v_sec, "verify_ratio": v_ratio,
+              "verify_ratio_used": monotone_costs(v_ratio) if v_ratio else {},
+              "verify_monotone": not drops, "verify_non_monotone": drops, "drafters": {}}
     for name, d in drafters.items():
         alpha = d["accepted"] / (d["accepted"] + d["rejected"])
         c = cost_ratio(d["time_draft"], d["draft_steps"], d["draft_steps"], v1)
@@ -108,15 +160,29 @@ def analyse(run: BenchRun) -> dict:
         out = {}
         for cfg in run.configs:
             pp = per_prompt[cfg.key]
-            common = ids & set(pp) & set(base)
             tps = _tps(pp, ids & set(pp))
             acc = sum(pp[i].get("accepted") or 0 for i in ids & set(pp))
             tested = acc + sum(pp[i].get("rejected") or 0 for i in ids & set(pp))
-            speedup = safe_ratio(_tps(pp, common), _tps(base, common))
+            sp, ci = speedup(pp, ids)
             out[cfg.key] = {"tokens_per_s": _nan_to_none(tps),
-                            "speedup": None if cfg.is_baseline else _nan_to_none(speedup),
+                            "speedup": None if cfg.key == ref_key else _nan_to_none(sp),
+                            "speedup_ci": None if cfg.key == ref_key else ci,
                             "alpha": _nan_to_none(safe_ratio(acc, tested)) if cfg.drafter is not None else None}
         categories[cat] = out
+
+    # Reliability: the baseline's one-token passes against those inside the speculative configs.
+    spec_keys = [c.key for c in run.configs if c.engine == "verispec" and c.drafter is not None]
+    final = one_token_pass_check(run.measurements, base_cfg.key, spec_keys, run.settings.pass_tolerance)
+    reliability = {"reliable": final["agree"], "one_token_passes": final, "remeasured": bool(run.superseded),
+                   "checks": list(run.baseline_checks) or [final]}
+    if final["agree"] is False:
+        warnings.insert(0, f"UNRELIABLE RUN: target-only's one-token passes took {final['baseline_pass_ms']:.1f} ms "
+                           f"on average ({final['baseline_passes']} passes), those inside the speculative configs "
+                           f"{final['speculative_pass_ms']:.1f} ms ({final['speculative_passes']} passes): "
+                           f"{100 * final['gap']:.0f}% apart (> {100 * final['tolerance']:.0f}%)"
+                           + (" after re-measuring the baseline" if run.superseded else "")
+                           + "; something else competed for the CPU. The speedups below are not a measurement "
+                             "of the engine: rerun on a quiet machine (or with --threads 1)")
 
     spec = [r for r in configs if r["engine"] == "verispec" and r["drafter"] is not None and r["tokens_per_s"]]
     best = max(spec, key=lambda r: r["speedup"] or -1.0) if spec else None
@@ -126,30 +192,58 @@ def analyse(run: BenchRun) -> dict:
     summary = {
         "workload": None,  # filled by the caller (it knows the command line)
         "target": run.target,
-        "baseline_tokens_per_s": rows[base_cfg.key]["tokens_per_s"],
+        "baseline": ref_key,
+        "baseline_tokens_per_s": rows[ref_key]["tokens_per_s"],
+        "reliable": final["agree"],
         "greedy_outputs_equal": all(checked) if checked else None,
         "best": None if best is None else {
             "drafter": best["drafter"], "k": best["k"], "tokens_per_s": best["tokens_per_s"],
-            "speedup": best["speedup"], "alpha": best["alpha"], "tau": best["tau"],
-            "predicted_speedup": best["predicted_speedup"],
+            "speedup": best["speedup"], "speedup_ci": best["speedup_ci"], "alpha": best["alpha"],
+            "tau": best["tau"], "predicted_speedup": best["predicted_speedup"],
         },
         "vs_hf": None if best is None else best["vs_hf"],
+        "vs_hf_best": vs_hf_best,
+        "vs_hf_best_ci": vs_hf_best_ci,
+        "vs_hf_best_configs": vs_hf_best_configs,
     }
+    per_prompt_rows = []
+    for key, pp in per_prompt.items():
+        for pid, vals in pp.items():
+            r = ref.get(pid)
+            sp = ci = None
+            if key != ref_key and r is not None:
+                sp = _nan_to_none(safe_ratio(safe_ratio(vals["n_tokens"], vals["wall"]),
+                                             safe_ratio(r["n_tokens"], r["wall"])))
+                iv = bootstrap_repeats_ratio(vals["n_tokens"], vals["walls"], r["n_tokens"], r["walls"])
+                ci = None if iv is None else list(iv)
+            per_prompt_rows.append({"prompt_id": pid, "config": key, **vals, "speedup": sp, "speedup_ci": ci})
     return {
         "summary": summary,
         "partial": run.partial,
         "configs": configs,
+        "baselines": baselines,
         "hf_baseline_vs_verispec_baseline": None if hf_base is None else _nan_to_none(
             safe_ratio(rows[base_cfg.key]["tokens_per_s"], hf_base["tokens_per_s"])),
         "hf_outputs_equal": all(hf_checked) if hf_checked else None,
+        "reliability": reliability,
         "theory": theory,
         "categories": categories,
-        "per_prompt": [
-            {"prompt_id": pid, "config": key, **vals}
-            for key, pp in per_prompt.items() for pid, vals in pp.items()
-        ],
+        "per_prompt": per_prompt_rows,
+        "warnings": warnings,
         "notes": list(run.notes),
     }
+
+
+def _ratio_ci(pp: dict[str, dict], ref: dict[str, dict], order: Sequence[str],
+              ids: Iterable[str] | None = None) -> tuple[float, list[float] | None]:
+    """``pp``'s tokens/s over ``ref``'s on the prompts both measured (restricted to ``ids``), and its
+    95% bootstrap interval over those prompts (``None`` with fewer than two)."""
+    keep = set(pp) & set(ref) if ids is None else set(pp) & set(ref) & set(ids)
+    common = [i for i in order if i in keep]
+    ratio = safe_ratio(_tps(pp, common), _tps(ref, common))
+    iv = bootstrap_ratio([pp[i]["n_tokens"] for i in common], [pp[i]["wall"] for i in common],
+                         [ref[i]["n_tokens"] for i in common], [ref[i]["wall"] for i in common])
+    return ratio, None if iv is None else list(iv)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -199,16 +293,14 @@ def _tps(pp: dict[str, dict], ids: Iterable[str]) -> float:
     return n / w if w > 0 else math.nan
 
 
-def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, base: dict, v1: float,
-                v_ratio: dict[int, float]) -> dict:
-    common = set(pp) & set(base)
+def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, v1: float, v_ratio: dict[int, float]) -> dict:
     tps = _tps(pp, pp)
     row: dict = {
         "config": cfg.key, "engine": cfg.engine, "drafter": cfg.drafter, "k": cfg.k,
         "hf_setting": cfg.hf.describe() if cfg.hf is not None and cfg.hf.kind != "none" else None,
         "prompts": len(pp), "generations": len(ms), "tokens": sum(v["n_tokens"] for v in pp.values()),
         "tokens_per_s": _nan_to_none(tps),
-        "speedup": None if cfg.is_baseline else _nan_to_none(safe_ratio(_tps(pp, common), _tps(base, common))),
+        "speedup": None, "speedup_ci": None,  # filled by analyse (it knows the baseline)
     }
     st = _sum_stats(m.stats for m in ms if m.stats is not None)
     if st is None:  # HF: only tokens and time

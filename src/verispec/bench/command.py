@@ -18,7 +18,7 @@ from .workloads import BUILTIN_WORKLOADS, BenchPrompt, load_prompt_file, load_wo
 __all__ = ["add_bench_arguments", "run_bench", "QUICK", "DEFAULTS"]
 
 DEFAULT_TARGET = "smollm2-135m"
-DEFAULTS = {"workload": "all", "k": "1,2,4,6,8,auto", "max_new_tokens": 128, "repeats": 1, "limit": None}
+DEFAULTS = {"workload": "all", "k": "1,2,4,6,8,auto", "max_new_tokens": 128, "repeats": 3, "limit": None}
 # --quick: 3 code prompts x 64 tokens, K in {4, auto}: ~1 minute for the default pair on 2 cores.
 QUICK = {"workload": "code", "k": "4,auto", "max_new_tokens": 64, "repeats": 1, "limit": 3}
 
@@ -50,7 +50,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-new-tokens", type=int, help="tokens per prompt (default 128; --quick: 64)")
     g.add_argument("--seed", type=int, default=0, help="base seed; prompt i uses seed + i")
     g = parser.add_argument_group("measurement")
-    g.add_argument("--repeats", type=int, help="timed generations per prompt and config; median wall (default 1)")
+    g.add_argument("--repeats", type=int, help="timed generations per prompt and config; each prompt's wall is "
+                   "their median (default 3; --quick: 1)")
     g.add_argument("--compare", choices=("hf",), help="also run HuggingFace generate (assisted / prompt lookup)")
     g.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     g.add_argument("--quick", action="store_true",
@@ -272,7 +273,9 @@ def run_bench(args: argparse.Namespace) -> int:
             + (f" top-k {s.top_k}" if s.top_k else "") + (f" top-p {s.top_p:g}" if s.top_p < 1 else "")
             + (f" min-p {s.min_p:g}" if s.min_p else ""),
             "timing": "batch 1 per prompt; wall per prompt = median over repeats; tokens/s = total tokens / total "
-                      "wall over prompts; configs interleaved per prompt; one warm-up generation per config excluded",
+                      "wall over prompts; configs interleaved per prompt; one warm-up generation per config excluded; "
+                      "speedup over the baseline (target-only, or the faster of verispec's and HF's with --compare "
+                      "hf); 95% intervals: seeded percentile bootstrap over prompts (per prompt: over repeats)",
         },
         "prompts": [{"id": p.id, "category": p.category, "chat": p.chat, "prompt_tokens": len(run.prompt_ids[p.id])}
                     for p in run.prompts],

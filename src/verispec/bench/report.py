@@ -29,48 +29,67 @@ def _f(x, fmt: str = ".2f", none: str = "-") -> str:
     return format(x, fmt)
 
 
+def _ci(ci: list[float] | None, none: str = "-") -> str:
+    """A 95% interval as ``low-high`` (two decimals), or ``none``."""
+    return none if not ci else f"{ci[0]:.2f}-{ci[1]:.2f}"
+
+
+def _x(x: float | None, ci: list[float] | None = None) -> str:
+    """A speedup as ``1.84x``, with its interval as ``1.84x [1.62-2.05]`` when there is one."""
+    if x is None:
+        return "-"
+    return f"{x:.2f}x" + (f" [{_ci(ci)}]" if ci else "")
+
+
 # ---------------------------------------------------------------------------------------------- terminal
 
 
 def print_report(report: dict, console: Console) -> None:
+    """Print the report's tables, checks, warnings and (for a reliable run) the headline."""
     s = report["summary"]
     rows = report["configs"]
+    unreliable = s.get("reliable") is False
+    ref = s.get("baseline") or next(r["config"] for r in rows if r["engine"] == "verispec" and r["drafter"] is None)
     title = (f"verispec bench: {s['target']} on {s['workload']} "
              f"({report['settings']['max_new_tokens']} new tokens, {report['settings']['sampling_desc']}, "
              f"method {report['settings']['method']})")
     if report["partial"]:
         title += " [PARTIAL: interrupted]"
-    t = Table(title=title, caption="alpha = accepted / tested drafts (Leviathan's per-token acceptance; a draft is "
+    if unreliable:
+        title += " [bold red][UNRELIABLE: the machine was busy, see below][/]"
+    t = Table(title=title, caption=f"speedup over {ref} with its 95% bootstrap interval over prompts [low-high]; "
+                                   "alpha = accepted / tested drafts (Leviathan's per-token acceptance; a draft is "
                                    "tested when all before it were accepted), acc/draft = accepted / drafted")
-    for col in ("config", "K", "tok/s", "speedup", "alpha", "acc/draft", "tau", "c", "v(K+1)/v(1)", "predicted",
-                "vs HF", "equal"):
+    for col in ("config", "K", "tok/s", "speedup [95% CI]", "alpha", "acc/draft", "tau", "c", "v(K+1)/v(1)",
+                "predicted", "vs HF", "equal"):
         t.add_column(col, justify="left" if col == "config" else "right")
     best = s["best"]
     for r in rows:
         if r["engine"] != "verispec":
             continue
-        is_best = best is not None and r["drafter"] == best["drafter"] and r["k"] == best["k"]
+        is_best = best is not None and r["drafter"] == best["drafter"] and r["k"] == best["k"] and not unreliable
         eq = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "-"}[r["outputs_equal"]]
         k = "-" if r["k"] is None else (str(r["k"]) if isinstance(r["k"], int) else f"{r['k']} ({_f(r.get('mean_k'), '.1f')})")
+        sp = "1.00 (baseline)" if r.get("reference") else _x(r["speedup"], r.get("speedup_ci"))
         t.add_row(
             ("[bold]" if is_best else "") + r["config"] + (" *" if is_best else ""),
-            k, _f(r["tokens_per_s"]), "1.00" if r["drafter"] is None else _f(r["speedup"], ".2f") + "x",
+            k, _f(r["tokens_per_s"]), ("[red]" + sp + "?[/]") if unreliable and not r.get("reference") else sp,
             _f(r.get("alpha")), _f(r.get("draft_acceptance")), _f(r.get("tau")), _f(r.get("c"), ".3f"),
             _f(r.get("verify_ratio")),
             _f(r.get("predicted_speedup"), ".2f") + ("x" if r.get("predicted_speedup") is not None else ""),
-            _f(r.get("vs_hf"), ".2f") + ("x" if r.get("vs_hf") is not None else ""), eq,
+            _x(r.get("vs_hf"), r.get("vs_hf_ci")), eq,
         )
     console.print(t)
 
     hf = [r for r in rows if r["engine"] == "hf"]
     if hf:
         h = Table(title="HuggingFace generate (same model objects, prompts and settings, interleaved)")
-        for col in ("config", "HF setting", "tok/s", "speedup vs verispec target-only", "equal to target-only"):
+        for col in ("config", "HF setting", "tok/s", f"speedup over {ref} [95% CI]", "equal to target-only"):
             h.add_column(col, justify="left" if col in ("config", "HF setting") else "right")
         for r in hf:
             eq = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "-"}[r["outputs_equal"]]
             h.add_row(r["config"], r["hf_setting"] or "plain greedy/sampling", _f(r["tokens_per_s"]),
-                      _f(r["speedup"]) + "x" if r["speedup"] is not None else "-", eq)
+                      "1.00 (baseline)" if r.get("reference") else _x(r["speedup"], r.get("speedup_ci")), eq)
         console.print(h)
 
     b = Table(title="Where the time goes (share of wall clock, all generations) and target pass cost")
@@ -88,7 +107,7 @@ def print_report(report: dict, console: Console) -> None:
 
     cats = report["categories"]
     if len(cats) > 1:
-        c = Table(title="tokens/s (speedup, alpha) per category")
+        c = Table(title=f"tokens/s (speedup over {ref} [95% CI], alpha) per category")
         c.add_column("config")
         for cat in cats:
             c.add_column(cat, justify="right")
@@ -97,7 +116,8 @@ def print_report(report: dict, console: Console) -> None:
             for cat in cats:
                 v = cats[cat].get(r["config"], {})
                 sp, al = v.get("speedup"), v.get("alpha")
-                extra = ", ".join(x for x in (sp is not None and f"{sp:.2f}x", al is not None and f"a {al:.2f}") if x)
+                extra = ", ".join(x for x in (sp is not None and _x(sp, v.get("speedup_ci")),
+                                              al is not None and f"a {al:.2f}") if x)
                 cells.append(_f(v.get("tokens_per_s")) + (f" ({extra})" if extra else ""))
             c.add_row(r["config"], *cells)
         console.print(c)
@@ -105,11 +125,31 @@ def print_report(report: dict, console: Console) -> None:
     th = report["theory"]
     vr = ", ".join(f"{w}:{r:.2f}" for w, r in th["verify_ratio"].items())
     console.print(f"verify cost v(w)/v(1) measured: {vr or '-'}  (v(1) = {_f(th['v1_seconds'] and 1e3 * th['v1_seconds'], '.1f')} ms)")
+    drops = th.get("verify_non_monotone") or []
+    if drops:
+        worst = sorted(drops, key=lambda d: d["ms"] / d["narrower_ms"])[:3]
+        console.print("[yellow]note:[/] measured verify costs are not monotone in width ("
+                      + ", ".join(f"v({d['width']}) {d['ms']:.1f} ms < v({d['narrower_width']}) {d['narrower_ms']:.1f} ms"
+                                  for d in worst)
+                      + (f", {len(drops) - len(worst)} more" if len(drops) > len(worst) else "")
+                      + "): noise or load; predictions use their running maximum, so a wider pass never "
+                        "costs less than a narrower one")
     for name, d in th["drafters"].items():
         if "optimal_k" in d:
             console.print(f"theory {name}: alpha {d['alpha']:.2f}, c {d['c']:.3f} -> optimal K {d['optimal_k']} "
                           f"(predicted {d['optimal_predicted_speedup']:.2f}x with measured verify cost; "
                           f"Thm 3.8 with flat verify: K {d['optimal_k_thm38']}, {d['optimal_speedup_thm38']:.2f}x)")
+
+    rel = report.get("reliability") or {}
+    chk = rel.get("one_token_passes") or {}
+    if chk.get("agree") is not None:
+        console.print(("[green]" if chk["agree"] else "[bold red]")
+                      + f"one-token passes (mean): target-only {chk['baseline_pass_ms']:.1f} ms, inside the speculative "
+                        f"configs {chk['speculative_pass_ms']:.1f} ms ({100 * chk['gap']:.0f}% apart, limit "
+                        f"{100 * chk['tolerance']:.0f}%)" + (", after re-measuring target-only" if rel.get("remeasured") else "")
+                      + "[/]")
+    elif chk:
+        console.print("one-token passes: not checked (no one-token pass inside the speculative configs)")
 
     eq = s["greedy_outputs_equal"]
     if eq is True:
@@ -135,13 +175,20 @@ def print_report(report: dict, console: Console) -> None:
                     for m in r["mismatches"]:
                         console.print(f"[red]  {r['config']}: prompt {m['prompt_id']}, first different token at "
                                       f"{m['first_difference']}[/]")
-    if best is not None:
-        console.print(f"best: [bold]{best['drafter']} k={best['k']}[/]: {_f(best['tokens_per_s'])} tok/s, "
-                      f"{_f(best['speedup'])}x over target-only ({_f(s['baseline_tokens_per_s'])} tok/s), "
-                      f"predicted {_f(best['predicted_speedup'])}x"
-                      + (f", {s['vs_hf']:.2f}x HF" if s["vs_hf"] is not None else ""))
     for note in report.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
+    for w in report.get("warnings", []):
+        console.print(f"[bold red]warning:[/] {w}" if w.startswith("UNRELIABLE") else f"[yellow]warning:[/] {w}")
+    if unreliable:
+        console.print("[bold red]no headline: this run's baseline is not comparable with its speculative configs "
+                      "(report.json: summary.reliable = false)[/]")
+    elif best is not None:
+        console.print(f"best: [bold]{best['drafter']} k={best['k']}[/]: {_f(best['tokens_per_s'])} tok/s, "
+                      f"{_x(best['speedup'], best.get('speedup_ci'))} over {ref} ({_f(s['baseline_tokens_per_s'])} "
+                      f"tok/s), predicted {_f(best['predicted_speedup'])}x"
+                      + (f", {s['vs_hf']:.2f}x HF (same drafter)" if s["vs_hf"] is not None else "")
+                      + (f"; fastest verispec over fastest HF ({' / '.join(s['vs_hf_best_configs'])}): "
+                         f"{_x(s['vs_hf_best'], s.get('vs_hf_best_ci'))}" if s.get("vs_hf_best") is not None else ""))
 
 
 # ---------------------------------------------------------------------------------------------- files
@@ -202,26 +249,32 @@ def _json_default(x):
 
 
 CSV_COLUMNS = ("prompt_id", "category", "config", "engine", "drafter", "k", "repeats", "n_tokens", "wall_s",
-               "tokens_per_s", "speedup", "alpha", "draft_acceptance", "tau", "drafted", "accepted", "rejected",
-               "target_forwards", "draft_forwards", "time_prefill", "time_target", "time_draft", "time_verify",
-               "time_other", "finish_reason", "equal_to_baseline")
+               "tokens_per_s", "baseline", "speedup", "speedup_low", "speedup_high", "config_speedup",
+               "config_speedup_low", "config_speedup_high", "run_reliable", "alpha", "draft_acceptance", "tau",
+               "drafted", "accepted", "rejected", "target_forwards", "draft_forwards", "time_prefill", "time_target",
+               "time_draft", "time_verify", "time_other", "finish_reason", "equal_to_baseline")
 
 
 def _csv(report: dict) -> str:
+    """One row per (prompt, config). ``speedup``: this prompt's, over the run's baseline (``baseline``),
+    with a 95% interval over repeats (``speedup_low``/``_high``, empty with one repeat);
+    ``config_speedup*``: the config's over all prompts with its interval over prompts;
+    ``equal_to_baseline``: tokens equal verispec target-only's."""
     cfgs = {r["config"]: r for r in report["configs"]}
-    base_key = next(r["config"] for r in report["configs"] if r["engine"] == "verispec" and r["drafter"] is None)
-    base = {pp["prompt_id"]: pp for pp in report["per_prompt"] if pp["config"] == base_key}
+    ref = report["summary"].get("baseline")
+    reliable = report["summary"].get("reliable")
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for pp in report["per_prompt"]:
         cfg = cfgs[pp["config"]]
         bad = {m["prompt_id"] for m in cfg["mismatches"]}
-        b = base.get(pp["prompt_id"])
-        speedup = (pp["tokens_per_s"] / b["tokens_per_s"]) if b and pp["tokens_per_s"] and b["tokens_per_s"] else None
         equal = None if cfg["outputs_equal"] is None else pp["prompt_id"] not in bad
+        ci, cci = pp.get("speedup_ci") or (None, None), cfg.get("speedup_ci") or (None, None)
         row = {**pp, "engine": cfg["engine"], "drafter": cfg["drafter"] or "", "k": "" if cfg["k"] is None else cfg["k"],
-               "wall_s": pp["wall"], "speedup": speedup, "equal_to_baseline": equal}
+               "wall_s": pp["wall"], "baseline": ref, "speedup_low": ci[0], "speedup_high": ci[1],
+               "config_speedup": cfg["speedup"], "config_speedup_low": cci[0], "config_speedup_high": cci[1],
+               "run_reliable": reliable, "equal_to_baseline": equal}
         w.writerow(["" if row.get(c) is None else _cell(row.get(c)) for c in CSV_COLUMNS])
     return buf.getvalue()
 
@@ -258,6 +311,11 @@ def _plots(report: dict, out: Path) -> list[Path]:
                        key=lambda r: r["k"])
         if fixed:
             ax.plot([r["k"] for r in fixed], [r["speedup"] for r in fixed], "o-", color=col, label=f"{d} measured")
+            bars = [r for r in fixed if r.get("speedup_ci")]
+            if bars:  # 95% bootstrap intervals over prompts
+                ax.errorbar([r["k"] for r in bars], [r["speedup"] for r in bars], fmt="none", ecolor=col, alpha=0.5,
+                            capsize=3, yerr=[[max(0.0, r["speedup"] - r["speedup_ci"][0]) for r in bars],
+                                             [max(0.0, r["speedup_ci"][1] - r["speedup"]) for r in bars]])
             pred = [r for r in fixed if r["predicted_speedup"] is not None]
             if pred:
                 ax.plot([r["k"] for r in pred], [r["predicted_speedup"] for r in pred], "s--", color=col, alpha=0.6,
@@ -267,8 +325,9 @@ def _plots(report: dict, out: Path) -> list[Path]:
                 ax.plot([r["mean_k"]], [r["speedup"]], "*^"[j % 2], ms=12, color=col, label=f"{d} k={r['k']} (at mean K)")
     ax.axhline(1.0, color="grey", lw=1, ls=":")
     ax.set_xlabel("draft length K")
-    ax.set_ylabel("speedup over target-only")
-    ax.set_title(f"{report['summary']['target']}: speedup vs K")
+    ax.set_ylabel(f"speedup over {report['summary'].get('baseline') or 'target-only'} (bars: 95% CI)")
+    ax.set_title(f"{report['summary']['target']}: speedup vs K"
+                 + (" [UNRELIABLE RUN]" if report["summary"].get("reliable") is False else ""))
     if spec:
         ax.legend(fontsize=7)
     save(fig, PLOTS[0])
@@ -285,7 +344,7 @@ def _plots(report: dict, out: Path) -> list[Path]:
     ax.set_ylabel("P(accepted | earlier drafts accepted)")
     ax.set_ylim(0, 1.02)
     ax.set_title("per-position acceptance")
-    if spec:
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=6, ncol=2)
     save(fig, PLOTS[1])
 

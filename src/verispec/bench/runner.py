@@ -5,6 +5,13 @@ Loop order: ``for repeat: for prompt: for config`` (config order rotated per pro
 generation batch 1, timed by its wall clock (``GenerationStats.wall``; HF: around
 ``model.generate``). One warm-up generation per config runs first and is not recorded.
 Ctrl-C stops the loop and returns what finished, marked ``partial``.
+
+After the loop the baseline's one-token passes are compared with the one-token passes inside
+the speculative configs (:func:`verispec.bench.reliability.one_token_pass_check`). When they
+disagree by more than 15% the baseline is measured once more (every prompt, ``repeats`` times,
+nothing else); the new generations replace the old ones (kept in ``BenchRun.superseded``) and
+every check is recorded in ``BenchRun.baseline_checks``. If they still disagree, the analysis
+marks the run unreliable.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from ..engine import GenerationStats, SpeculativeDecoder
 from ..models import CausalLM
 from ..sampling import SamplingParams
 from .hf_compare import HFSetting, hf_generate, hf_supports
+from .reliability import PASS_TOLERANCE, one_token_pass_check
 from .workloads import BenchPrompt
 
 __all__ = ["BenchConfig", "BenchRun", "BenchSettings", "DrafterSpec", "Measurement", "run_benchmark"]
@@ -37,6 +45,10 @@ class DrafterSpec:
 
 @dataclass
 class BenchSettings:
+    """What to measure. ``repeats``: timed generations per (prompt, config); ``remeasure_baseline``:
+    measure target-only once more when its one-token passes disagree with the speculative configs'
+    by more than ``pass_tolerance`` (a fraction, 0.15 = 15%)."""
+
     max_new_tokens: int = 128
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
     ks: Sequence[int | str] = (1, 2, 4, 6, 8, "auto")
@@ -45,6 +57,8 @@ class BenchSettings:
     method: str = "exact"
     compare_hf: bool = False
     warmup_tokens: int = 8
+    remeasure_baseline: bool = True
+    pass_tolerance: float = PASS_TOLERANCE
 
 
 @dataclass
@@ -94,6 +108,8 @@ class BenchRun:
     partial: bool = False
     started: float = 0.0
     finished: float = 0.0
+    baseline_checks: list[dict] = field(default_factory=list)  # one-token pass checks, in order
+    superseded: list[Measurement] = field(default_factory=list)  # baseline generations a re-measure replaced
 
 
 def build_configs(target: CausalLM, drafters: Sequence[DrafterSpec], settings: BenchSettings,
@@ -182,8 +198,45 @@ def run_benchmark(target: CausalLM, drafters: Sequence[DrafterSpec], prompts: Se
                     done += 1
     except KeyboardInterrupt:
         run.partial = True
+    if not run.partial:
+        _check_baseline(run, target, ids, on_step, on_start, done, total)
     run.finished = time.time()
     return run
+
+
+def _check_baseline(run: BenchRun, target: CausalLM, ids: dict[str, list[int]],
+                    on_step: Callable[[str, int, int], None] | None, on_start: Callable[[int], None] | None,
+                    done: int, total: int) -> None:
+    """Compare the baseline's one-token passes with the speculative configs'; re-measure it once if they disagree."""
+    settings = run.settings
+    base = run.configs[0]
+    spec = [c.key for c in run.configs if c.engine == "verispec" and c.drafter is not None]
+    check = one_token_pass_check(run.measurements, base.key, spec, settings.pass_tolerance)
+    run.baseline_checks.append(check)
+    if check["agree"] is not False or not settings.remeasure_baseline:
+        return
+    run.notes.append(f"target-only's one-token passes (mean {check['baseline_pass_ms']:.1f} ms) and those inside the "
+                     f"speculative configs ({check['speculative_pass_ms']:.1f} ms) differ by "
+                     f"{100 * check['gap']:.0f}% (> {100 * settings.pass_tolerance:.0f}%): target-only re-measured once")
+    extra = settings.repeats * len(run.prompts)
+    if on_start:
+        on_start(total + len(run.configs) + extra)
+    fresh: list[Measurement] = []
+    try:
+        for r in range(settings.repeats):
+            for i, p in enumerate(run.prompts):
+                if on_step:
+                    on_step(f"re-measure {base.key} | {p.id} | repeat {r + 1}/{settings.repeats}", done, total + extra)
+                tokens, wall, reason, stats = _generate(base, target, ids[p.id], settings.max_new_tokens, settings,
+                                                        seed=settings.seed + i)
+                fresh.append(Measurement(p.id, p.category, base.key, r, tokens, wall, reason, stats))
+                done += 1
+    except KeyboardInterrupt:  # keep the first measurement: it is complete, the re-measure is not
+        run.partial = True
+        return
+    run.superseded = [m for m in run.measurements if m.config == base.key]
+    run.measurements = [m for m in run.measurements if m.config != base.key] + fresh
+    run.baseline_checks.append(one_token_pass_check(run.measurements, base.key, spec, settings.pass_tolerance))
 
 
 def _generate(cfg: BenchConfig, target: CausalLM, ids: list[int], max_new: int, settings: BenchSettings,

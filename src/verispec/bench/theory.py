@@ -16,6 +16,13 @@ Measured quantities come from :class:`verispec.engine.GenerationStats`:
 * ``v(w)`` = median seconds of the target passes of width ``w`` (``verify_width_seconds``);
 * draft step = ``time_draft / draft_forwards`` (model drafters) or ``time_draft / drafted``
   (point-mass drafters such as prompt lookup, which run no model), and ``c = draft step / v(1)``.
+
+Consistency: a pass over more tokens never costs less than one over fewer, so the predictions
+read verify costs through their running maximum over width, floored at ``v(1)``
+(:func:`monotone_costs`; :func:`verify_cost` applies it). Measured medians that fall with width
+(noise, or a machine busy during some passes) are reported by :func:`non_monotone` and never
+turn into a prediction above what the inputs allow: with ``v(w)/v(1) >= 1`` and at most ``K + 1``
+tokens per pass, no prediction for K drafts exceeds ``K + 1`` (e.g. 2x at K = 1).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ __all__ = [
     "cost_ratio",
     "expected_tokens",
     "median_widths",
+    "monotone_costs",
+    "non_monotone",
     "optimal_k",
     "predicted_speedup",
     "predicted_speedup_over_lengths",
@@ -93,14 +102,50 @@ def optimal_k(alpha: float, c: float, verify: Mapping[int, float] | None = None,
     return best_k, best
 
 
+def monotone_costs(ratios: Mapping[int, float]) -> dict[int, float]:
+    """The running maximum over width of ``{width: v(width)/v(1)}``, floored at 1.
+
+    A wider pass does at least the work of a narrower one, so a measured cost below an earlier
+    width's (or below the one-token pass) is noise or load, not a property of the model; the
+    envelope is what :func:`verify_cost` and every prediction use. Example: ``{1: 1, 2: .7, 3: 1.2}``
+    -> ``{1: 1, 2: 1, 3: 1.2}``.
+    """
+    out: dict[int, float] = {}
+    top = 1.0
+    for w in sorted(ratios):
+        top = max(top, float(ratios[w]))
+        out[w] = top
+    return out
+
+
+def non_monotone(costs: Mapping[int, float], tolerance: float = 0.0) -> list[dict]:
+    """Where measured costs fall with width: one entry per width ``w`` whose cost is more than
+    ``tolerance`` (a fraction) below the largest cost of a narrower width ``w_prev``.
+
+    ``costs``: ``{width: seconds or ratio}``. Entries: ``{"width", "cost", "narrower_width",
+    "narrower_cost"}`` in the units given. Empty when the costs are monotone.
+    """
+    out = []
+    top_w, top = None, -math.inf
+    for w in sorted(costs):
+        c = float(costs[w])
+        if top_w is not None and c < top * (1.0 - tolerance):
+            out.append({"width": int(w), "cost": c, "narrower_width": int(top_w), "narrower_cost": top})
+        if c > top:
+            top_w, top = w, c
+    return out
+
+
 def verify_cost(ratios: Mapping[int, float], width: float) -> float:
     """``v(width)/v(1)`` from measured ratios: exact, linearly interpolated, or extrapolated.
 
+    The ratios are first made monotone (:func:`monotone_costs`: running maximum, at least 1).
     Beyond the measured range the nearest two widths' slope is continued (never below flat);
     with a single measured width it is used as is. ``width`` may be fractional.
     """
     if not ratios:
         return 1.0
+    ratios = monotone_costs(ratios)
     ws = sorted(ratios)
     if width in ratios:
         return ratios[width]  # type: ignore[index]
@@ -114,7 +159,7 @@ def verify_cost(ratios: Mapping[int, float], width: float) -> float:
     a, b = (ws[-2], ws[-1]) if lo else (ws[0], ws[1])
     slope = max(0.0, (ratios[b] - ratios[a]) / (b - a))
     ref = b if lo else a
-    return max(1e-9, ratios[ref] + slope * (width - ref))
+    return max(1.0, ratios[ref] + slope * (width - ref))
 
 
 def median_widths(samples: Mapping[int, Iterable[float]]) -> dict[int, float]:

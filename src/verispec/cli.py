@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_sampling_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy (default); otherwise >= 1e-4 (smaller ones overflow logits / T)")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--min-p", type=float, default=0.0)

@@ -635,6 +635,10 @@ def test_theory_never_predicts_more_than_its_inputs_allow() -> None:
     assert non_monotone(load) == [{"width": 2, "cost": 0.7, "narrower_width": 1, "narrower_cost": 1.0},
                                   {"width": 3, "cost": 0.75, "narrower_width": 1, "narrower_cost": 1.0}]
     assert non_monotone({1: 1.0, 2: 1.1, 3: 1.2}) == []
+    # One stalled median at a rarely used width moves the fit by its weight, not to its height
+    # (a running maximum would make every wider pass cost 9x).
+    fit = monotone_costs({1: 1.0, 2: 9.15, 3: 0.87, 5: 1.2}, {1: 500, 2: 1, 3: 50, 5: 40})
+    assert fit[2] == fit[3] == pytest.approx((9.15 + 50 * 0.87) / 51) and fit[5] == 1.2
     import random
 
     rng = random.Random(0)

@@ -9,7 +9,7 @@ more than 10%). Every speedup carries a 95% bootstrap interval over prompts
 Leviathan's per-token acceptance), the draft acceptance (accepted / drafted), tau and
 per-position acceptance pool the counts of every generation of a config. Verify costs ``v(w)``
 are medians of all target passes of width ``w`` in the run (all verispec configs pooled, same
-model and machine), ``v(1)`` from them too; predictions read them through their running maximum
+model and machine), ``v(1)`` from them too; predictions read them through a monotone fit
 (:func:`verispec.bench.theory.monotone_costs`) and the report says where they are not monotone.
 The run is unreliable when the baseline's one-token passes and those inside the speculative
 configs disagree by more than 15% (:mod:`verispec.bench.reliability`).
@@ -81,13 +81,15 @@ def analyse(run: BenchRun) -> dict:
     v_sec = median_widths(widths)
     v1 = v_sec.get(1, math.nan)
     v_ratio = {w: s / v1 for w, s in v_sec.items()} if math.isfinite(v1) and v1 > 0 else {}
+    # Predictions read a monotone fit (weighted by the passes measured at each width; >= 1).
+    v_used = monotone_costs(v_ratio, {w: len(widths[w]) for w in v_ratio}) if v_ratio else {}
 
     greedy_check = run.settings.sampling.greedy or run.settings.method == "gumbel"
     hf_check = run.settings.sampling.greedy
     configs = []
     for cfg in run.configs:
         ms = by_cfg.get(cfg.key, [])
-        row = _config_row(cfg, ms, per_prompt[cfg.key], v1, v_ratio)
+        row = _config_row(cfg, ms, per_prompt[cfg.key], v1, v_used)
         row["reference"] = cfg.key == ref_key
         sp, ci = speedup(per_prompt[cfg.key])
         row["speedup"], row["speedup_ci"] = (None, None) if row["reference"] else (_nan_to_none(sp), ci)
@@ -140,14 +142,14 @@ def analyse(run: BenchRun) -> dict:
     drops = [{"width": d["width"], "ms": 1e3 * d["cost"], "narrower_width": d["narrower_width"],
               "narrower_ms": 1e3 * d["narrower_cost"]} for d in non_monotone(v_sec)]
     theory = {"v1_seconds": _nan_to_none(v1), "verify_seconds": v_sec, "verify_ratio": v_ratio,
-              "verify_ratio_used": monotone_costs(v_ratio) if v_ratio else {},
+              "verify_ratio_used": v_used,
               "verify_monotone": not drops, "verify_non_monotone": drops, "drafters": {}}
     for name, d in drafters.items():
         alpha = d["accepted"] / (d["accepted"] + d["rejected"])
         c = cost_ratio(d["time_draft"], d["draft_steps"], d["draft_steps"], v1)
         entry = {"alpha": alpha, "c": _nan_to_none(c)}
         if math.isfinite(c):
-            k, s = optimal_k(alpha, c, v_ratio or None)
+            k, s = optimal_k(alpha, c, v_used or None)
             k_thm, s_thm = optimal_k(alpha, c, None)
             entry.update(optimal_k=k, optimal_predicted_speedup=s, optimal_k_thm38=k_thm, optimal_speedup_thm38=s_thm)
         theory["drafters"][name] = entry

@@ -216,7 +216,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     console = Console()
     if not console.is_terminal:  # logs and pipes: wide enough for the tables
-        console = Console(width=160)
+        console = Console(width=200)
     opt = _resolve(args)
     prompts, workload = _load_prompts(args, opt)
     if args.threads:

@@ -132,8 +132,8 @@ def print_report(report: dict, console: Console) -> None:
                       + ", ".join(f"v({d['width']}) {d['ms']:.1f} ms < v({d['narrower_width']}) {d['narrower_ms']:.1f} ms"
                                   for d in worst)
                       + (f", {len(drops) - len(worst)} more" if len(drops) > len(worst) else "")
-                      + "): noise or load; predictions use their running maximum, so a wider pass never "
-                        "costs less than a narrower one")
+                      + "): noise or load; predictions use a monotone fit (a wider pass never costs less "
+                        "than a narrower one): " + ", ".join(f"{w}:{r:.2f}" for w, r in th["verify_ratio_used"].items()))
     for name, d in th["drafters"].items():
         if "optimal_k" in d:
             console.print(f"theory {name}: alpha {d['alpha']:.2f}, c {d['c']:.3f} -> optimal K {d['optimal_k']} "

@@ -18,8 +18,9 @@ Measured quantities come from :class:`verispec.engine.GenerationStats`:
   (point-mass drafters such as prompt lookup, which run no model), and ``c = draft step / v(1)``.
 
 Consistency: a pass over more tokens never costs less than one over fewer, so the predictions
-read verify costs through their running maximum over width, floored at ``v(1)``
-(:func:`monotone_costs`; :func:`verify_cost` applies it). Measured medians that fall with width
+read verify costs through a monotone fit over width (isotonic regression weighted by the
+passes measured at each width), floored at ``v(1)`` (:func:`monotone_costs`; :func:`verify_cost`
+applies it). Measured medians that fall with width
 (noise, or a machine busy during some passes) are reported by :func:`non_monotone` and never
 turn into a prediction above what the inputs allow: with ``v(w)/v(1) >= 1`` and at most ``K + 1``
 tokens per pass, no prediction for K drafts exceeds ``K + 1`` (e.g. 2x at K = 1).
@@ -102,20 +103,27 @@ def optimal_k(alpha: float, c: float, verify: Mapping[int, float] | None = None,
     return best_k, best
 
 
-def monotone_costs(ratios: Mapping[int, float]) -> dict[int, float]:
-    """The running maximum over width of ``{width: v(width)/v(1)}``, floored at 1.
+def monotone_costs(ratios: Mapping[int, float], weights: Mapping[int, float] | None = None) -> dict[int, float]:
+    """The closest costs that never fall with width, floored at 1: ``{width: v(width)/v(1)}``.
 
     A wider pass does at least the work of a narrower one, so a measured cost below an earlier
-    width's (or below the one-token pass) is noise or load, not a property of the model; the
-    envelope is what :func:`verify_cost` and every prediction use. Example: ``{1: 1, 2: .7, 3: 1.2}``
-    -> ``{1: 1, 2: 1, 3: 1.2}``.
+    width's (or below the one-token pass) is noise or load, not a property of the model. The fit
+    is weighted isotonic regression (pool-adjacent-violators; ``weights[w]``, e.g. how many passes
+    of width w were measured, default 1 each): a falling stretch is replaced by its weighted mean,
+    so one stalled median at a rarely used width moves the curve by its weight, not to its height.
+    The result is then floored at 1. It is what :func:`verify_cost` and every prediction use.
+    Example: ``{1: 1, 2: .7, 3: .75, 5: 1.3}`` -> ``{1: 1, 2: 1, 3: 1, 5: 1.3}``.
     """
-    out: dict[int, float] = {}
-    top = 1.0
-    for w in sorted(ratios):
-        top = max(top, float(ratios[w]))
-        out[w] = top
-    return out
+    blocks: list[list[float]] = []  # [weighted mean, total weight, number of widths]
+    ws = sorted(ratios)
+    for w in ws:
+        wt = 1.0 if weights is None else max(float(weights.get(w, 1.0)), 1e-12)
+        blocks.append([float(ratios[w]), wt, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, w2, n2), (m1, w1, n1) = blocks[-2], blocks[-1]
+            blocks[-2:] = [[(m2 * w2 + m1 * w1) / (w2 + w1), w2 + w1, n2 + n1]]
+    fitted = [m for m, _, n in blocks for _ in range(n)]
+    return {w: max(1.0, f) for w, f in zip(ws, fitted)}
 
 
 def non_monotone(costs: Mapping[int, float], tolerance: float = 0.0) -> list[dict]:
@@ -139,7 +147,7 @@ def non_monotone(costs: Mapping[int, float], tolerance: float = 0.0) -> list[dic
 def verify_cost(ratios: Mapping[int, float], width: float) -> float:
     """``v(width)/v(1)`` from measured ratios: exact, linearly interpolated, or extrapolated.
 
-    The ratios are first made monotone (:func:`monotone_costs`: running maximum, at least 1).
+    The ratios are first made monotone (:func:`monotone_costs`, unweighted; at least 1).
     Beyond the measured range the nearest two widths' slope is continued (never below flat);
     with a single measured width it is used as is. ``width`` may be fractional.
     """

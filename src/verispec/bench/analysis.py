@@ -183,7 +183,7 @@ def analyse(run: BenchRun) -> dict:
                            f"{final['speculative_pass_ms']:.1f} ms ({final['speculative_passes']} passes): "
                            f"{100 * final['gap']:.0f}% apart (> {100 * final['tolerance']:.0f}%)"
                            + (" after re-measuring the baseline" if run.superseded else "")
-                           + "; something else competed for the CPU. The speedups below are not a measurement "
+                           + "; something else competed for the CPU. This run's speedups are not a measurement "
                              "of the engine: rerun on a quiet machine (or with --threads 1)")
 
     spec = [r for r in configs if r["engine"] == "verispec" and r["drafter"] is not None and r["tokens_per_s"]]

@@ -496,7 +496,8 @@ def test_every_speedup_has_a_bootstrap_interval(tmp_path: Path) -> None:
     assert float(row["speedup_low"]) == pytest.approx(pp["speedup_ci"][0], rel=1e-5)
     assert float(row["config_speedup_high"]) == pytest.approx(spec["speedup_ci"][1], rel=1e-5)
     assert row["baseline"] == "target-only" and row["run_reliable"] == "True"
-    assert f"[{spec['speedup_ci'][0]:.2f}-{spec['speedup_ci'][1]:.2f}]" in _printed(rep)
+    text = _printed(rep)
+    assert f"[{spec['speedup_ci'][0]:.2f}-{spec['speedup_ci'][1]:.2f}]" in text and "prompts [low-high]" in text
     from verispec.bench.report import write_outputs
 
     write_outputs(rep, tmp_path)

@@ -57,7 +57,7 @@ def print_report(report: dict, console: Console) -> None:
         title += " [PARTIAL: interrupted]"
     if unreliable:
         title += " [bold red][UNRELIABLE: the machine was busy, see below][/]"
-    t = Table(title=title, caption=f"speedup over {ref} with its 95% bootstrap interval over prompts [low-high]; "
+    t = Table(title=title, caption=f"speedup over {ref} with its 95% bootstrap interval over prompts \\[low-high]; "
                                    "alpha = accepted / tested drafts (Leviathan's per-token acceptance; a draft is "
                                    "tested when all before it were accepted), acc/draft = accepted / drafted")
     for col in ("config", "K", "tok/s", "speedup [95% CI]", "alpha", "acc/draft", "tau", "c", "v(K+1)/v(1)",

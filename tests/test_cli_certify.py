@@ -1,26 +1,31 @@
-"""``verispec certify``: the quick grid passes and prints its table; a broken rule exits non-zero."""
+"""``verispec certify``: the quick grid passes and prints its table, every mutant is caught, and a
+broken verifier (in verify.py itself) makes the command exit non-zero."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 
 import pytest
+import torch
 
 from verispec import certify
 from verispec.certify import CertCase
 from verispec.cli import main
 
+V = importlib.import_module("verispec.verify")
+
 
 @pytest.fixture(scope="module")
 def quick_run():
-    """One ``verispec certify --quick`` run (~20 s) shared by the tests of this module."""
+    """One ``verispec certify --quick --mutants`` run (~30 s) shared by the tests of this module."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "200")  # rich: keep each table row on one line
+        mp.setenv("COLUMNS", "220")  # rich: keep each table row on one line
         # capsys is function-scoped, so a module fixture captures by hand
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(["certify", "--quick"])
+            rc = main(["certify", "--quick", "--mutants"])
     return rc, out.getvalue(), err.getvalue()
 
 
@@ -32,13 +37,21 @@ def test_quick_certify_exits_zero(quick_run):
 def test_quick_certify_prints_the_table(quick_run):
     _, out, _ = quick_run
     assert "verispec certify --quick" in out
-    for word in ("mode", "edge case", "max TV", "pathwise", "result"):
+    for word in ("mode", "edge case", "max TV", "probes", "pathwise", "result"):
         assert word in out
     rows = [line for line in out.splitlines() if "exact" in line or "gumbel" in line]
     for method, edge in {(c.method, c.edge) for c in certify.default_grid(quick=True)}:
-        assert any(method in r and edge in r and "pass" in r for r in rows), (method, edge)
+        assert any(method in r and f" {edge} " in r and "pass" in r for r in rows), (method, edge)
     assert "FAIL" not in out
     assert f"all {len(certify.default_grid(quick=True))} cases passed" in out
+
+
+def test_every_mutant_is_caught_and_shown(quick_run):
+    _, out, _ = quick_run
+    for m in certify.MUTANTS:
+        line = next(r for r in out.splitlines() if f" {m.name} " in r)
+        assert "SURVIVED" not in line and (" V=" in line), line
+    assert f"{len(certify.MUTANTS)} of {len(certify.MUTANTS)} mutants caught" in out
 
 
 def _tiny_grid(quick: bool) -> list[CertCase]:
@@ -52,10 +65,17 @@ def test_tiny_grid_passes(monkeypatch, capsys):
     assert "all 3 cases passed" in capsys.readouterr().out
 
 
-def test_broken_rule_exits_nonzero(monkeypatch, capsys):
-    """A wrong accept rule (min(1, q/p)) must make the command fail, not just print a number."""
+def test_a_wrong_verify_py_exits_nonzero(monkeypatch, capsys):
+    """The reviewer's test: verify.py replaced by "accept every draft, emit the argmax" (exact and
+    greedy paths) must fail certification: the certifier runs verify.py, not its own copy."""
     monkeypatch.setattr(certify, "default_grid", _tiny_grid)
-    monkeypatch.setattr(certify, "accept_probability", lambda p_d, q_d: min(1.0, q_d / p_d) if p_d > 0 else 1.0)
+
+    def argmax_all(p, q, d, drafted, num_draft, *rest):
+        x = V._rows_at(p, torch.arange(p.shape[0]), num_draft).argmax(-1)
+        return V._assemble(d, num_draft.clone(), x, num_draft)
+
+    monkeypatch.setattr(V, "_verify_exact", argmax_all)
+    monkeypatch.setattr(V, "_verify_greedy", argmax_all)
     rc = main(["certify"])
     out = capsys.readouterr().out
     assert rc == 1
@@ -63,10 +83,10 @@ def test_broken_rule_exits_nonzero(monkeypatch, capsys):
 
 
 def test_broken_gumbel_verifier_exits_nonzero(monkeypatch, capsys):
-    """The pathwise check reaches the real verify: a verifier using the wrong noise fails."""
+    """The target's Gumbel token taken with the noise of the wrong position fails."""
     monkeypatch.setattr(certify, "default_grid", _tiny_grid)
-    real = certify.verify
-    monkeypatch.setattr(certify, "verify", lambda p, q, d, *, positions, **kw: real(p, q, d, positions=positions + 1, **kw))
+    real = V._target_token
+    monkeypatch.setattr(V, "_target_token", lambda p_i, seeds, positions, draws: real(p_i, seeds, positions + 1, draws))
     assert main(["certify"]) == 1
     assert "FAIL" in capsys.readouterr().out
 

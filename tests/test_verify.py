@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from verispec import certify, verify
+from verispec.rng import COUNTER
 from verispec.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, sample, uniform
 from verispec.verify import SUM_TOLERANCE, Verification, gumbel_argmax
 
@@ -831,7 +832,7 @@ def test_greedy_fast_path_equals_the_exact_rule_and_needs_no_draws(with_q):
     from verispec.verify import _verify_exact
 
     drafted = torch.arange(d.shape[1]) < n[:, None]
-    exact = _verify_exact(p, q, torch.where(drafted, d, 0), drafted, n, torch.arange(B), pos)
+    exact = _verify_exact(p, q, torch.where(drafted, d, 0), drafted, n, torch.arange(B), pos, COUNTER)
     assert torch.equal(fast.tokens, exact.tokens)
     # Emitted = the drafts while they equal the argmax, then the argmax.
     for b in range(B):

@@ -68,8 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     add_distill_arguments(d)
     d.set_defaults(func=_cmd_distill)
 
-    c = sub.add_parser("certify", help="prove exactness by enumeration over toy models")
+    c = sub.add_parser("certify", help="prove the shipped verifier exact by enumeration over toy models")
     c.add_argument("--quick", action="store_true", help="a smaller grid (under a minute on 2 cores)")
+    c.add_argument("--mutants", action="store_true",
+                   help="then inject each deliberately wrong verifier and show that the grid catches it")
     c.set_defaults(func=_cmd_certify)
     return p
 
@@ -164,21 +166,37 @@ def _cmd_distill(args: argparse.Namespace) -> int:
 def _cmd_certify(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from .certify import TV_TOLERANCE, default_grid, run_case
+    from . import certify
 
     console = Console()
-    cases = default_grid(args.quick)
+    cases = certify.default_grid(args.quick)
     results = []
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("enumerating", total=len(cases))
+        task = progress.add_task("enumerating the shipped verifier", total=len(cases))
         for case in cases:
-            results.append(run_case(case))
+            results.append(certify.run_case(case))
             progress.advance(task)
+    failed = _certify_table(console, results, args.quick)
+    console.print(f"{len(results) - failed} passed, {failed} failed" if failed else
+                  f"all {len(results)} cases passed")
+    if args.mutants:
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("mutants", total=None)
+            mutants = certify.run_mutants(cases, on_case=lambda: progress.advance(task))
+        survived = _mutant_table(console, mutants)
+        console.print(f"{len(mutants) - survived} of {len(mutants)} mutants caught"
+                      + (f"; {survived} SURVIVED" if survived else ""))
+        failed += survived
+    return 1 if failed else 0
 
-    # One table row per (mode, edge case): the worst total variation over its V x K grid.
-    table = Table(title=f"verispec certify{' --quick' if args.quick else ''}: exact emitted law vs target "
-                        f"(pass: TV <= {TV_TOLERANCE:g})")
-    for col in ("mode", "edge case", "V", "K", "N", "cases", "max TV", "pathwise", "result"):
+
+def _certify_table(console: Console, results: list, quick: bool) -> int:
+    """One row per (mode, edge case): the worst total variation over its V x K grid; returns failures."""
+    from .certify import TV_TOLERANCE
+
+    table = Table(title=f"verispec certify{' --quick' if quick else ''}: law of the shipped verify() vs the "
+                        f"target's law (pass: TV <= {TV_TOLERANCE:g}, no probe or pathwise mismatch)")
+    for col in ("mode", "edge case", "V", "K", "N", "cases", "max TV", "probes", "pathwise", "result"):
         table.add_column(col, justify="right" if col not in ("mode", "edge case") else "left")
     groups: dict[tuple[str, str], list] = {}
     for r in results:
@@ -191,13 +209,39 @@ def _cmd_certify(args: argparse.Namespace) -> int:
         table.add_row(
             method, edge,
             _span(r.case.vocab for r in rs), _span(r.case.k for r in rs), _span(r.case.n_tokens for r in rs),
-            str(len(rs)), f"{max(r.tv for r in rs):.1e}", pathwise,
+            str(len(rs)), f"{max(r.tv for r in rs):.1e}", f"{sum(r.probe_mismatches for r in rs)} bad", pathwise,
             "[green]pass[/]" if ok else "[red]FAIL[/]",
         )
     console.print(table)
-    console.print(f"{len(results) - failed} passed, {failed} failed" if failed else
-                  f"all {len(results)} cases passed")
-    return 1 if failed else 0
+    return failed
+
+
+def _mutant_table(console: Console, mutants: list) -> int:
+    """One row per mutant: what it breaks and the first case that caught it; returns survivors."""
+    table = Table(title="verispec certify --mutants: each wrong verifier must fail the grid")
+    for col in ("mutant", "what is wrong", "caught by", "TV", "evidence"):
+        table.add_column(col, justify="right" if col == "TV" else "left")
+    survived = 0
+    for m in mutants:
+        c = m.caught_by
+        if c is None:
+            survived += 1
+            table.add_row(m.mutant.name, m.mutant.what, f"[red]SURVIVED[/] {m.cases_run} cases", "-", "-")
+            continue
+        evidence = [f"TV {c.tv:.0e}" if c.tv > certify_tolerance() else "",
+                    f"{c.probe_mismatches} probe rows" if c.probe_mismatches else "",
+                    f"{c.pathwise_mismatches} pathwise rows" if c.pathwise_mismatches else "",
+                    "not constant on a cell" if c.error else ""]
+        table.add_row(m.mutant.name, m.mutant.what, f"{c.case.method} {c.case.edge} V={c.case.vocab} K={c.case.k}",
+                      "inf" if c.error else f"{c.tv:.1e}", ", ".join(e for e in evidence if e))
+    console.print(table)
+    return survived
+
+
+def certify_tolerance() -> float:
+    from .certify import TV_TOLERANCE
+
+    return TV_TOLERANCE
 
 
 def _span(values) -> str:

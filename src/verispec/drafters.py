@@ -23,13 +23,13 @@ import torch
 from .eagle import (DRAFT_WEIGHTS, EagleDraftModel, EagleFiles, bind_eagle, features_match_logits, is_eagle_dir,
                     load_eagle_head)
 from .models import CausalLM
-from .rng import STREAM_DRAFT, sample
+from .rng import COUNTER, STREAM_DRAFT, Draws, inverse_cdf
 from .runner import KVRunner, left_pad
 from .sampling import SamplingParams, logits_to_probs
 from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
-           "agreement", "to_target_vocab", "greedy_draft", "draw_draft", "make_drafter", "load_drafter",
+           "agreement", "to_target_vocab", "greedy_draft", "draw_draft", "sample_draft", "make_drafter", "load_drafter",
            "eagle_head_dir", "DEFAULT_DRAFTERS", "default_drafter"]
 
 
@@ -110,11 +110,29 @@ class Drafter(Protocol):
 def draw_draft(q: torch.Tensor, ctx: DraftContext, positions: torch.Tensor) -> torch.Tensor:
     """The draft token of each row from ``q [B, V]`` at absolute ``positions [B]``: inverse CDF on
     the draft stream ("exact"), or argmax(log q + G) with the verifier's shared noise ("gumbel")."""
-    if ctx.sampling.greedy:  # q is one-hot: both rules pick its token, so skip the noise
+    return _draw_from(q, ctx.sampling, ctx.method, ctx.seeds, positions, COUNTER)
+
+
+def sample_draft(logits: torch.Tensor, params: SamplingParams, method: str, seeds: torch.Tensor,
+                 positions: torch.Tensor, draws: Draws = COUNTER) -> tuple[torch.Tensor, torch.Tensor]:
+    """One draft step of a model drafter: q = the request's transform of the draft ``logits [B, V]``
+    (target vocabulary) and the token d drawn from exactly that q. Returns ``(d [B], q [B, V])``.
+
+    The q returned is the q the verifier must be given: a drafter that reports any other
+    distribution than the one it sampled from breaks exactness (certified, see
+    :mod:`verispec.certify`, which drives this function through ``draws``).
+    """
+    q = logits_to_probs(logits, params)  # [B, V]
+    return _draw_from(q, params, method, seeds, positions, draws), q
+
+
+def _draw_from(q: torch.Tensor, params: SamplingParams, method: str, seeds: torch.Tensor, positions: torch.Tensor,
+               draws: Draws) -> torch.Tensor:
+    if params.greedy:  # q is one-hot: both rules pick its token, so skip the noise
         return q.argmax(-1)
-    if ctx.method == "gumbel":
-        return gumbel_argmax(torch.log(q)[:, None], ctx.seeds, positions)[:, 0]
-    return sample(q, ctx.seeds, positions, STREAM_DRAFT)
+    if method == "gumbel":
+        return gumbel_argmax(torch.log(q)[:, None], seeds, positions, draws)[:, 0]
+    return inverse_cdf(q, draws.uniform(seeds, positions, STREAM_DRAFT))
 
 
 def agreement(draft: list[int], emitted: list[int]) -> tuple[int, int]:
@@ -230,8 +248,8 @@ class ModelDrafter:
             if probs is None:
                 d = greedy_draft(logits, self.lm.vocab_map, V).cpu()
             else:
-                q = logits_to_probs(self._logits_to_target_vocab(logits), self.ctx.sampling)  # [B, V]
-                d = draw_draft(q, self.ctx, positions + i)
+                d, q = sample_draft(self._logits_to_target_vocab(logits), self.ctx.sampling, self.ctx.method,
+                                    self.ctx.seeds, positions + i)  # [B], [B, V]
                 probs[:, i] = q
             tokens[:, i] = d
             if i + 1 < K:
@@ -533,9 +551,8 @@ class EagleDrafter:
             if probs is None:
                 d = greedy_draft(logits[:, -1], self.vocab_map, V).cpu()
             else:
-                q = logits_to_probs(to_target_vocab(logits[:, -1], self.vocab_map, V, self.ctx.dtype),
-                                    self.ctx.sampling)  # [B, V]
-                d = draw_draft(q, self.ctx, positions + i)
+                d, q = sample_draft(to_target_vocab(logits[:, -1], self.vocab_map, V, self.ctx.dtype),
+                                    self.ctx.sampling, self.ctx.method, self.ctx.seeds, positions + i)  # [B], [B, V]
                 probs[:, i] = q
             tokens[:, i] = d
             if i + 1 < K:  # the pair (f^, d): the head's own feature beside its own draft

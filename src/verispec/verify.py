@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .rng import STREAM_ACCEPT, STREAM_EMIT, gumbel_noise, random_seeds, sample, uniform
+from .rng import COUNTER, STREAM_ACCEPT, STREAM_EMIT, Draws, inverse_cdf, random_seeds
 
 __all__ = ["Verification", "verify", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
 
@@ -77,6 +77,7 @@ def verify(
     method: str = "exact",
     greedy: bool | torch.Tensor | None = None,
     validate: bool = True,
+    draws: Draws = COUNTER,
 ) -> Verification:
     """Verify a batch of drafts against the target and return what to emit.
 
@@ -93,9 +94,12 @@ def verify(
         greedy: which rows have one-hot p (temperature 0) and take the greedy fast path: a bool
             for the whole batch or a ``[B]`` bool tensor. ``None`` detects them (one read of p).
             Validated (each such row must be one-hot at its used slots) when ``validate``.
-        validate: check every input: two reductions (sum, min per row) over p and q, i.e. about
-            twice the cost of reading them once (``verispec bench verify``). Turn off only
-            for inputs that come straight from :func:`verispec.logits_to_probs`.
+        validate: check every input (shapes, ids, rows summing to 1 without negative, NaN or inf
+            entries). Turn off only for inputs that come straight from
+            :func:`verispec.logits_to_probs`.
+        draws: where the random draws come from; the default is the counter-based generator
+            keyed by (seed, position, stream). Certification passes its own (see
+            :mod:`verispec.certify`).
 
     Returns:
         A :class:`Verification`.
@@ -115,17 +119,17 @@ def verify(
     d = torch.where(drafted, draft_tokens, 0)  # [B, K]
 
     if method == "gumbel":  # one-hot slots already take the argmax inside
-        return _verify_gumbel(target_probs, d, drafted, num_draft, seeds, positions)
+        return _verify_gumbel(target_probs, d, drafted, num_draft, seeds, positions, draws)
     greedy = _greedy_rows(target_probs, greedy, num_draft, validate)  # [B]
     if bool(greedy.all()):
         return _verify_greedy(target_probs, d, drafted, num_draft)
     if not bool(greedy.any()):
-        return _verify_exact(target_probs, draft_probs, d, drafted, num_draft, seeds, positions)
+        return _verify_exact(target_probs, draft_probs, d, drafted, num_draft, seeds, positions, draws)
     # Mixed batch: each kind of row on its own subset, then merged row by row.
     g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
     fast = _verify_greedy(target_probs[g], d[g], drafted[g], num_draft[g])
     slow = _verify_exact(target_probs[s], None if draft_probs is None else draft_probs[s], d[s], drafted[s],
-                         num_draft[s], seeds[s], positions[s])
+                         num_draft[s], seeds[s], positions[s], draws)
     return _merge_rows(B, (g, fast), (s, slow), num_draft=num_draft)
 
 
@@ -135,7 +139,7 @@ def _greedy_rows(p: torch.Tensor, greedy: bool | torch.Tensor | None, num_draft:
     B, K1, _ = p.shape
     if greedy is None or validate:
         used = torch.arange(K1, device=p.device) <= num_draft[:, None]  # [B, K+1]
-        one_hot = ((p.amax(-1) == 1) | ~used).all(-1)  # [B]
+        one_hot = (_is_one_hot(p) | ~used).all(-1)  # [B]
     if greedy is None:
         return one_hot
     if isinstance(greedy, bool):
@@ -149,13 +153,24 @@ def _greedy_rows(p: torch.Tensor, greedy: bool | torch.Tensor | None, num_draft:
     return rows
 
 
-def gumbel_argmax(logprobs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def _is_one_hot(x: torch.Tensor) -> torch.Tensor:
+    """``[...]`` bool: the row ``x[..., :]`` is exactly one 1 and zeros elsewhere.
+
+    ``amax == 1`` alone is not enough: a float32 softmax row can round its top entry to 1.0
+    and still hold ~3e-8 of mass elsewhere, which the greedy fast path would drop.
+    """
+    return (x.amax(-1) == 1) & ((x != 0).sum(-1) == 1)
+
+
+def gumbel_argmax(logprobs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                  draws: Draws = COUNTER) -> torch.Tensor:
     """Gumbel-max choice ``argmax(logprobs + G)`` with the shared counter-based noise.
 
     Args:
         logprobs: ``[B, K, V]`` log-probabilities (``-inf`` for excluded tokens).
         seeds: ``[B]`` int64 request seeds.
         positions: ``[B]`` absolute position of slot 0; slot i uses the noise of ``positions + i``.
+        draws: the noise source (default: counter-based).
 
     Returns:
         ``[B, K]`` int64 tokens: an exact sample from ``softmax(logprobs)`` per slot, and the
@@ -176,7 +191,7 @@ def gumbel_argmax(logprobs: torch.Tensor, seeds: torch.Tensor, positions: torch.
     step = max(1, _GUMBEL_BLOCK // max(V, 1))
     for start in range(0, B * K, step):
         rows = slice(start, start + step)
-        noise = gumbel_noise(flat_seeds[rows], flat_pos[rows], V)  # [rows, V] float64
+        noise = draws.gumbel(flat_seeds[rows], flat_pos[rows], V)  # [rows, V] float64
         out[rows] = noise.add_(flat_lp[rows]).argmax(-1)
     return out.view(B, K)
 
@@ -185,7 +200,8 @@ _GUMBEL_BLOCK = 1 << 16  # noise values per block (512 KiB per int64 or float64 
 
 
 # ----------------------------------------------------------------------------------------------
-# The two rules
+# The rules. Each step of section 2 of docs/design.md is one small function, so that the
+# certifier's mutants (verispec.certify.mutants) can replace exactly one step with a wrong one.
 
 
 def _verify_exact(
@@ -196,6 +212,7 @@ def _verify_exact(
     num_draft: torch.Tensor,  # [B]
     seeds: torch.Tensor,  # [B]
     positions: torch.Tensor,  # [B]
+    draws: Draws,
 ) -> Verification:
     B, K1, V = p.shape
     K = K1 - 1
@@ -204,8 +221,8 @@ def _verify_exact(
     # Accept d_i with probability min(1, p_i(d_i) / q_i(d_i)), i.e. u * q < p with u in (0, 1).
     p_d = p[:, :K].gather(-1, d[..., None]).squeeze(-1).double()  # [B, K]
     q_d = torch.ones_like(p_d) if q is None else q.gather(-1, d[..., None]).squeeze(-1).double()
-    u = _uniform_slots(seeds, positions, K, STREAM_ACCEPT)  # [B, K] float64
-    passes = drafted & (u * q_d < p_d)
+    u = draws.uniform(seeds[:, None], _slot_positions(positions, K), STREAM_ACCEPT)  # [B, K] float64
+    passes = drafted & _accepts(u, p_d, q_d)
     num_accepted = passes.to(torch.int64).cumprod(-1).sum(-1)  # [B] first rejection (or n)
 
     # The emitted token sits at slot j = num_accepted: residual on rejection, bonus if all passed.
@@ -215,39 +232,60 @@ def _verify_exact(
     rejected = j < num_draft  # [B]; the others take the bonus: residual of p against nothing = p
     x = torch.empty(B, dtype=torch.int64, device=p.device)
     for r in _row_blocks(B, V):
-        x[r] = _emit(p, q, d, rows[r], j[r], rejected[r], seeds[r], positions[r])
+        residual = _residual(p, q, d, rows[r], j[r], rejected[r])  # [b, V] float64, unnormalised
+        x[r] = _draw(residual, draws, seeds[r], positions[r] + j[r])
     return _assemble(d, num_accepted, x, num_draft)
 
 
-def _emit(
+def _slot_positions(positions: torch.Tensor, K: int) -> torch.Tensor:
+    """``[B, K]`` absolute positions of draft slots 0..K-1 (the keys of their accept draws)."""
+    return positions[:, None] + torch.arange(K, device=positions.device)
+
+
+def _accepts(u: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor) -> torch.Tensor:
+    """``[B, K]`` bool: u < p(d) / q(d), written without the division (q(d) > 0 for a sampled d)."""
+    return u * q_d < p_d
+
+
+def _residual(
     p: torch.Tensor,  # [B, K+1, V]
     q: torch.Tensor | None,  # [B, K, V] or None (point masses)
     d: torch.Tensor,  # [B, K]
     rows: torch.Tensor,  # [b] the rows of this block
     j: torch.Tensor,  # [b] the slot each row emits at
     rejected: torch.Tensor,  # [b] rejection at slot j (else: bonus)
-    seeds: torch.Tensor,  # [b]
-    positions: torch.Tensor,  # [b]
 ) -> torch.Tensor:
-    """x ~ max(0, p_j - q_j) normalised on rejection (p_j if it has no mass), x ~ p_j for the bonus."""
+    """``[b, V]`` float64: max(0, p_j - q_j) on rejection, p_j for the bonus; p_j where the
+    residual has no mass. Float64 even for float32/16 inputs, so that no mass is lost to rounding
+    in p - q. Unnormalised: the draw scales by the row's total."""
     K = d.shape[1]
-    p_j = _rows_at(p, rows, j)  # [b, V]
-    if q is None:  # q_j = one-hot(d_j): max(0, p - q) is p with d_j's entry lowered by 1
-        residual = p_j.clamp_min(0)
+    p_j = _rows_at(p, rows, j).double()  # [b, V]
+    if q is None:  # q_j = one-hot(d_j): max(0, p - q) is p without d_j (p(d_j) - 1 <= 0)
+        residual = p_j.clone()
         if K > 0:
-            d_j = d[rows, j.clamp(max=K - 1)][:, None]  # [b, 1]
-            lowered = (p_j.gather(-1, d_j) - 1).clamp_min(0)
-            residual.scatter_(-1, d_j, torch.where(rejected[:, None], lowered, residual.gather(-1, d_j)))
+            d_j = d[rows, j.clamp(max=K - 1)]  # [b]
+            hit = rejected.nonzero().squeeze(1)
+            residual[hit, d_j[hit]] = 0.0
     else:
-        q_j = _rows_at(q, rows, j.clamp(max=K - 1)) if K > 0 else torch.zeros_like(p_j)  # [b, V], a copy
+        q_j = _rows_at(q, rows, j.clamp(max=K - 1)).double() if K > 0 else torch.zeros_like(p_j)  # [b, V]
         q_j.masked_fill_(~rejected[:, None], 0)  # bonus rows: max(0, p - 0) = p
         residual = torch.sub(p_j, q_j, out=q_j).clamp_min_(0)  # max(0, p - q), in place
-    # Zero residual mass means p == q, where rejection has probability 0; floating point can
-    # still get here, and the correct fallback is p itself (not a "tiny-clamped" residual).
-    no_mass = residual.sum(-1) <= 0
+    return _fallback(residual, p_j)
+
+
+def _fallback(residual: torch.Tensor, p_j: torch.Tensor) -> torch.Tensor:
+    """Zero residual mass means p <= q everywhere (p == q for normalised rows), where rejection
+    has probability 0; floating point can still get here, and the correct fallback is p itself
+    (not a "tiny-clamped" residual, which would emit near-uniform tokens)."""
+    no_mass = residual.sum(-1) <= 0  # [b]
     if bool(no_mass.any()):
         residual[no_mass] = p_j[no_mass]
-    return sample(residual, seeds, positions + j, STREAM_EMIT)
+    return residual
+
+
+def _draw(residual: torch.Tensor, draws: Draws, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``[b]`` x ~ residual (normalised by its row total) by inverse CDF, on the emit stream."""
+    return inverse_cdf(residual, draws.uniform(seeds, positions, STREAM_EMIT))
 
 
 def _rows_at(x: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -298,6 +336,7 @@ def _verify_gumbel(
     num_draft: torch.Tensor,  # [B]
     seeds: torch.Tensor,  # [B]
     positions: torch.Tensor,  # [B]
+    draws: Draws,
 ) -> Verification:
     """Accept while d_i equals the target's t_i = argmax(log p_i + G(seed, position + i)), then emit t.
 
@@ -311,21 +350,27 @@ def _verify_gumbel(
     live = torch.arange(B, device=p.device)  # rows whose slot i is still undecided
     for i in range(K1):
         p_i = _rows_at(p, live, torch.full_like(live, i))  # [n, V]
-        one_hot = p_i.amax(-1) == 1
-        t = torch.empty_like(live)  # the target's token at slot i
-        if bool(one_hot.any()):
-            t[one_hot] = p_i[one_hot].argmax(-1)
-        sampled = ~one_hot
-        if bool(sampled.any()):
-            lp = torch.log(p_i[sampled])[:, None]  # [m, 1, V]
-            t[sampled] = gumbel_argmax(lp, seeds[live[sampled]], positions[live[sampled]] + i)[:, 0]
-        go_on = drafted[live, i] & (d[live, i] == t) if i < K else torch.zeros_like(one_hot)
+        t = _target_token(p_i, seeds[live], positions[live] + i, draws)  # [n] the target's token at slot i
+        go_on = drafted[live, i] & (d[live, i] == t) if i < K else torch.zeros_like(t, dtype=torch.bool)
         stop = live[~go_on]
         num_accepted[stop], x[stop] = i, t[~go_on]
         live = live[go_on]
         if live.numel() == 0:
             break
     return _assemble(d, num_accepted, x, num_draft)
+
+
+def _target_token(p_i: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, draws: Draws) -> torch.Tensor:
+    """``[n]`` argmax(log p_i + G(seed, position)) per row of ``p_i [n, V]``; a one-hot row's argmax directly."""
+    one_hot = _is_one_hot(p_i)
+    t = torch.empty(p_i.shape[0], dtype=torch.int64, device=p_i.device)
+    if bool(one_hot.any()):
+        t[one_hot] = p_i[one_hot].argmax(-1)
+    sampled = ~one_hot
+    if bool(sampled.any()):
+        lp = torch.log(p_i[sampled])[:, None]  # [m, 1, V]
+        t[sampled] = gumbel_argmax(lp, seeds[sampled], positions[sampled], draws)[:, 0]
+    return t
 
 
 def _assemble(d: torch.Tensor, num_accepted: torch.Tensor, x: torch.Tensor, num_draft: torch.Tensor) -> Verification:
@@ -341,11 +386,6 @@ def _assemble(d: torch.Tensor, num_accepted: torch.Tensor, x: torch.Tensor, num_
         accepted=slots1[:K] < num_accepted[:, None],
         num_draft=num_draft,
     )
-
-
-def _uniform_slots(seeds: torch.Tensor, positions: torch.Tensor, K: int, stream: int) -> torch.Tensor:
-    """``[B, K]`` uniforms for slots 0..K-1 at absolute positions ``positions + i``."""
-    return uniform(seeds[:, None], positions[:, None] + torch.arange(K, device=seeds.device), stream)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -364,6 +404,10 @@ def _check_shapes(
         raise TypeError(f"target_probs must be floating point, got {p.dtype}")
     if p.dim() != 3:
         raise ValueError(f"target_probs must be [B, K+1, V], got shape {tuple(p.shape)}")
+    if p.requires_grad or (isinstance(q, torch.Tensor) and q.requires_grad):
+        name = "target_probs" if p.requires_grad else "draft_probs"
+        raise ValueError(f"{name} requires grad: verification draws tokens and is not differentiable; "
+                         f"pass {name}.detach()")
     B, K1, V = p.shape
     if K1 < 1 or V < 1:
         raise ValueError(f"target_probs must have K+1 >= 1 slots and V >= 1, got shape {tuple(p.shape)}")
@@ -396,7 +440,10 @@ def _as_index_vector(
             raise ValueError(f"{name} is required")
         return torch.full((B,), default, dtype=torch.int64, device=device)
     if not isinstance(x, torch.Tensor):
-        x = torch.as_tensor(x)
+        try:
+            x = torch.as_tensor(x)
+        except (OverflowError, RuntimeError, TypeError, ValueError) as e:
+            raise ValueError(f"{name} must be int64 values (in [-2**63, 2**63)), got {x!r:.80}: {e}") from None
     if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
         raise TypeError(f"{name} must have an integer dtype, got {x.dtype}")
     if tuple(x.shape) != (B,):
@@ -443,7 +490,8 @@ def _check_distribution(name: str, x: torch.Tensor, used: torch.Tensor, tol: flo
     lo = x.amin(-1)
     if bool((lo[used] < 0).any()):
         raise ValueError(f"{name} has negative entries")
-    err = (sums[used].double() - 1).abs()
-    if err.numel() and float(err.max()) > tol:
+    off = sums[used].double() - 1
+    if off.numel() and float(off.abs().max()) > tol:
+        worst = float(off[off.abs().argmax()])
         raise ValueError(f"{name} rows must sum to 1 (tolerance {tol:g} for {x.dtype}); worst row sums to "
-                         f"{1 + float((sums[used].double() - 1)[err.argmax()]):.6g}")
+                         f"1 {'+' if worst > 0 else '-'} {abs(worst):.3g} = {1 + worst!r}")

@@ -1,0 +1,32 @@
+"""Exactness certification: the shipped verifier's emitted law, computed exactly on table models.
+
+* :mod:`.reference` - the rule in plain float64 (primitives, transform, a per-row verifier);
+* :mod:`.tables` - toy target/draft models as tables and the target's own sequence law;
+* :mod:`.cells` - the exact law of the real :func:`verispec.verify` (and the drafter's sampling
+  step) by enumerating the cells of its draws;
+* :mod:`.symbolic` - the same law for the rule itself, from the reference primitives;
+* :mod:`.grid` - modes x edge cases x V x K against the target's law (``verispec certify``);
+* :mod:`.mutants` - deliberately wrong verifiers that the grid must catch (``--mutants``).
+"""
+
+from .cells import CellDraws, Setup, shipped_distribution
+from .grid import EDGES, TV_TOLERANCE, CertCase, CertResult, certify_grid, default_grid, run_case, setup_for
+from .mutants import MUTANTS, Mutant, MutantResult, run_mutants
+from .reference import (
+    accept_probability,
+    gumbel_choice,
+    gumbel_max_law,
+    reference_probs,
+    reference_verify,
+    residual_distribution,
+    total_variation,
+)
+from .symbolic import emitted_distribution
+from .tables import TableModel, target_distribution
+
+__all__ = [
+    "accept_probability", "residual_distribution", "gumbel_choice", "gumbel_max_law", "reference_probs",
+    "reference_verify", "total_variation", "TableModel", "target_distribution", "emitted_distribution",
+    "CellDraws", "Setup", "shipped_distribution", "CertCase", "CertResult", "EDGES", "TV_TOLERANCE",
+    "default_grid", "run_case", "certify_grid", "setup_for", "MUTANTS", "Mutant", "MutantResult", "run_mutants",
+]

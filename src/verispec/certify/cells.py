@@ -1,0 +1,412 @@
+"""The exact law of the *shipped* verifier, by enumerating the cells of its random draws.
+
+Every outcome of :func:`verispec.verify` is a piecewise-constant function of its draws: an accept
+uniform matters only through the side of p(d)/q(d) it falls on, an inverse-CDF uniform only
+through the CDF cell it falls in, and Gumbel noise only through which token wins the argmax. So on
+a small table model the law of what the real code emits is a finite sum: enumerate every draft
+branch (the drafter's own sampling cells, driven through :func:`verispec.drafters.sample_draft`),
+every accept/reject pattern and every emitted token's cell, call the real vectorised ``verify`` at
+one point inside each cell combination (all of them in one batched call, ragged rows and all),
+and weight its output by the cells' probabilities. :func:`shipped_distribution` does this pass by
+pass until N tokens are out, giving the law of the emitted sequence, which the grid compares with
+the target's own sequence law (:mod:`verispec.certify.grid`).
+
+The cell boundaries come from the float64 reference (:mod:`verispec.certify.reference`). That the
+shipped code really is constant on each cell is checked too: every combination is run three times,
+at the cells' midpoints and at points a fraction :data:`DELTA` of the width inside either end of
+every cell (draws the rule must ignore get far-apart values), with ``validate`` and the greedy
+detection switched between the runs; any row whose output differs is a *probe mismatch*.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+import importlib
+
+from .. import drafters, sampling
+from ..rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, Draws
+from .reference import gumbel_max_laws, reference_probs, residual_distribution
+from .tables import Context, PointFn, TableFn
+
+verify_module = importlib.import_module("verispec.verify")  # the module (the package exports the function)
+
+__all__ = ["CellDraws", "Setup", "shipped_distribution", "POS0", "DELTA"]
+
+POS0 = 7  # absolute position of draft slot 0 in every certified row: a non-zero key
+DELTA = 1e-4  # probes sit this fraction of a cell's width inside its ends
+PROBE_FLOOR = 1e-9  # cell combinations less likely than this are evaluated at their midpoint only
+PROBES = ("mid", "lo", "hi")
+_MARGIN = {"mid": 1.0, "lo": 1e-4, "hi": 20.0}  # Gumbel probes: the winner's lead over the rest
+
+
+class CellDraws(Draws):
+    """Draws read from tables instead of a generator: row r of a call (seed r) at absolute position
+    ``POS0 + s`` gets ``tables[stream][r, s]`` (uniforms) or ``noise[r, s]`` (``[V]`` Gumbel noise).
+    Positions outside a table read its last column, which always holds a value the rule must ignore.
+    """
+
+    def __init__(self, uniforms: dict[int, torch.Tensor], noise: torch.Tensor | None = None) -> None:
+        self.uniforms, self.noise = uniforms, noise
+
+    @staticmethod
+    def _cells(seeds: torch.Tensor, positions: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, pos = torch.broadcast_tensors(torch.as_tensor(seeds), torch.as_tensor(positions))
+        return rows, (pos - POS0).clamp(0, width - 1)
+
+    def uniform(self, seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
+        table = self.uniforms[stream]  # [R, S]
+        rows, slots = self._cells(seeds, positions, table.shape[1])
+        return table[rows, slots]
+
+    def gumbel(self, seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        assert self.noise is not None, "this certification case drew no Gumbel noise"
+        rows, slots = self._cells(seeds, positions, self.noise.shape[1])
+        return self.noise[rows, slots]  # [..., V], a fresh tensor (callers add to it in place)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One certification setup: models, sampling transform and verifier mode.
+
+    Attributes:
+        target: the target's table (its rows are ``softmax(logits)``; the transform applies).
+        draft: the draft's table, or with ``point_mass`` a function giving the proposed token.
+        vocab: V.
+        k: draft slots per pass (K).
+        method: "exact" or "gumbel".
+        params: the sampling transform, or ``None`` for raw tables passed as p and q untouched.
+        point_mass: the drafter proposes tokens, not distributions (q = one-hot).
+        eos: end-of-sequence token or ``None``.
+        ragged: each context drafts its own number of tokens in [0, K] (rows of one call differ).
+    """
+
+    target: TableFn
+    draft: TableFn | PointFn
+    vocab: int
+    k: int
+    method: str = "exact"
+    params: sampling.SamplingParams | None = sampling.SamplingParams()
+    point_mass: bool = False
+    eos: int | None = None
+    ragged: bool = False
+
+    def p_ref(self, ctx: Context) -> tuple[float, ...]:
+        """The target's law at ``ctx`` after the transform, by the float64 reference."""
+        return _ref(self.target(ctx), self.params)
+
+    def q_ref(self, ctx: Context) -> tuple[float, ...]:
+        return _ref(self.draft(ctx), self.params)  # type: ignore[arg-type]
+
+    def n_draft(self, ctx: Context) -> int:
+        return (hash(("ragged", ctx)) % (self.k + 1)) if self.ragged else self.k
+
+
+@functools.lru_cache(maxsize=1_000_000)
+def _ref(row: tuple[float, ...], params: sampling.SamplingParams | None) -> tuple[float, ...]:
+    if params is None:
+        return tuple(row)
+    return reference_probs(row, params.temperature, params.top_k, params.top_p, params.min_p)
+
+
+@functools.lru_cache(maxsize=1_000_000)
+def _residual_ref(p: tuple[float, ...], q: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(residual_distribution(p, q))
+
+
+def shipped_distribution(setup: Setup, n_tokens: int, prompt: Context = ()) -> tuple[dict[Context, float], int]:
+    """Law of the first ``n_tokens`` tokens emitted by the shipped verifier (shorter if EOS ends
+    it), and the number of probe mismatches (rows whose output changed inside one cell)."""
+    finished: dict[Context, float] = {}
+    frontier: dict[Context, float] = {(): 1.0}
+    mismatches = 0
+    eos = setup.eos
+    while frontier:
+        seqs = list(frontier)
+        laws, bad = _one_pass(setup, [prompt + s for s in seqs])
+        mismatches += bad
+        nxt: dict[Context, float] = {}
+        for seq, law in zip(seqs, laws):
+            for block, wb in law.items():
+                out = seq + block
+                if eos is not None and eos in out:
+                    out = out[: out.index(eos) + 1]
+                done = len(out) >= n_tokens or (eos is not None and out[-1] == eos)
+                out = out[:n_tokens]
+                bucket = finished if done else nxt
+                bucket[out] = bucket.get(out, 0.0) + frontier[seq] * wb
+        frontier = nxt
+    return finished, mismatches
+
+
+# ----------------------------------------------------------------------------------------------
+# One draft-and-verify pass over a set of contexts
+
+
+@dataclass
+class _Branches:
+    """Draft branches of a pass, one per (context, draft sequence)."""
+
+    ctx: list[int]  # index of the context
+    tokens: list[tuple[int, ...]]  # the drafted tokens
+    weight: list[float]  # probability of drafting them
+    q: list[list[torch.Tensor]]  # per slot: the q the drafter reported ([V] float64), if any
+
+
+def _one_pass(s: Setup, contexts: list[Context]) -> tuple[list[dict[Context, float]], int]:
+    br = _draft_branches(s, contexts)
+    K, V = s.k, s.vocab
+    full = [contexts[c] + t for c, t in zip(br.ctx, br.tokens)]
+    n = torch.tensor([len(t) for t in br.tokens])  # [Bb] ragged draft lengths
+    # Target p at slots 0..n (the shipped transform); the unused slots get a junk distribution
+    # that the verifier must ignore.
+    p_rows = [[full[b][: len(contexts[br.ctx[b]]) + i] for i in range(int(n[b]) + 1)] for b in range(len(full))]
+    p = _shipped_probs(s, [c for rows in p_rows for c in rows])  # [sum(n + 1), V]
+    P = torch.full((len(full), K + 1, V), 1.0 / V, dtype=torch.float64)
+    at = 0
+    for b, rows in enumerate(p_rows):
+        P[b, : len(rows)] = p[at : at + len(rows)]
+        at += len(rows)
+    Q = None
+    if s.method == "exact" and not s.point_mass and not (s.params is not None and s.params.greedy):
+        Q = torch.full((len(full), K, V), 1.0 / V, dtype=torch.float64)
+        for b, qs in enumerate(br.q):
+            for i, q in enumerate(qs):
+                Q[b, i] = q
+    D = torch.full((len(full), K), -1, dtype=torch.int64)
+    for b, t in enumerate(br.tokens):
+        D[b, : len(t)] = torch.tensor(t, dtype=torch.int64)
+
+    rows = _gumbel_rows(s, contexts, br) if s.method == "gumbel" else _exact_rows(s, contexts, br)
+    branch, weight, tables = rows
+    br_weight = torch.tensor(br.weight, dtype=torch.float64)
+    outs = []
+    for probe, (uniforms, noise) in zip(PROBES, tables):
+        draws = CellDraws(uniforms, noise)
+        R = branch.numel()
+        greedy = (s.params is not None and s.params.greedy) if probe == "mid" else None
+        out = verify_module.verify(
+            P[branch], None if Q is None else Q[branch], D[branch], num_draft=n[branch],
+            seeds=torch.arange(R), positions=torch.full((R,), POS0), method=s.method,
+            greedy=greedy, validate=probe == "lo", draws=draws)
+        outs.append(out.tokens)
+    # Rows of probability below PROBE_FLOOR are not probed: their cells can be narrower than the
+    # rounding of p - q (near-equal p and q), so a probe near a cell end may fall across it.
+    probed = br_weight[branch] * weight >= PROBE_FLOOR
+    mismatches = int((probed & ((outs[0] != outs[1]).any(1) | (outs[0] != outs[2]).any(1))).sum())
+    laws: list[dict[Context, float]] = [{} for _ in contexts]
+    for r, (b, w, toks) in enumerate(zip(branch.tolist(), weight.tolist(), outs[0].tolist())):
+        block = tuple(t for t in toks if t >= 0)
+        law = laws[br.ctx[b]]
+        law[block] = law.get(block, 0.0) + br.weight[b] * w
+    return laws, mismatches
+
+
+def _shipped_probs(s: Setup, ctxs: list[Context]) -> torch.Tensor:
+    """``[len(ctxs), V]`` the target's p at each context as the engine computes it: the shipped
+    :func:`verispec.logits_to_probs` of ``log(table row)`` (raw rows when ``params`` is None)."""
+    unique = list(dict.fromkeys(ctxs))  # prefixes repeat across branches: transform each once
+    rows = torch.tensor([s.target(c) for c in unique], dtype=torch.float64).reshape(len(unique), s.vocab)
+    if s.params is not None:
+        rows = sampling.logits_to_probs(torch.log(rows), s.params)
+    index = {c: i for i, c in enumerate(unique)}
+    return rows[torch.tensor([index[c] for c in ctxs], dtype=torch.int64)]
+
+
+def _draft_branches(s: Setup, contexts: list[Context]) -> _Branches:
+    """Every draft sequence each context can get, with its probability and reported q."""
+    br = _Branches(list(range(len(contexts))), [()] * len(contexts), [1.0] * len(contexts),
+                   [[] for _ in contexts])
+    shipped = (s.method == "exact" and not s.point_mass and s.params is not None)
+    for i in range(s.k):
+        grow = [b for b in range(len(br.ctx)) if len(br.tokens[b]) == i < s.n_draft(contexts[br.ctx[b]])]
+        if not grow:
+            break
+        ctxs = [contexts[br.ctx[b]] + br.tokens[b] for b in grow]
+        if s.point_mass:
+            new = [(b, s.draft(c), 1.0, None) for b, c in zip(grow, ctxs)]  # type: ignore[arg-type]
+        elif s.method == "gumbel":
+            # Gumbel drafts are tokens and the output does not depend on them: one draft per context
+            # (the draft table's most likely token), with every target token enumerated against it,
+            # covers every accept/stop path of the verifier.
+            new = [(b, max(range(s.vocab), key=lambda x, q=s.q_ref(c): (q[x], -x)), 1.0, None)
+                   for b, c in zip(grow, ctxs)]
+        elif shipped:
+            new = _sampled_drafts(s, grow, ctxs, i)
+        else:  # raw tables: every token, weighted by q
+            new = []
+            for b, c in zip(grow, ctxs):
+                q = s.q_ref(c)
+                total = math.fsum(q)
+                qt = torch.tensor(q, dtype=torch.float64)
+                new += [(b, x, qx / total, qt) for x, qx in enumerate(q) if qx > 0]
+        growing = set(grow)
+        keep = [b for b in range(len(br.ctx)) if b not in growing]
+        nb = _Branches([br.ctx[b] for b in keep], [br.tokens[b] for b in keep], [br.weight[b] for b in keep],
+                       [br.q[b] for b in keep])
+        for b, x, w, q in new:
+            nb.ctx.append(br.ctx[b])
+            nb.tokens.append(br.tokens[b] + (int(x),))
+            nb.weight.append(br.weight[b] * w)
+            nb.q.append(br.q[b] + ([] if q is None else [q]))
+        br = nb
+    return br
+
+
+def _sampled_drafts(s: Setup, grow: list[int], ctxs: list[Context], slot: int) -> list[tuple]:
+    """The shipped drafter step (:func:`verispec.drafters.sample_draft`) run inside every cell of its
+    draft uniform: ``(branch, token, cell probability, reported q)`` per cell. Greedy drafts are one
+    cell (q is a point mass; the engine passes none)."""
+    assert s.params is not None
+    logits = torch.log(torch.tensor([s.draft(c) for c in ctxs], dtype=torch.float64))  # [m, V]
+    if s.params.greedy:
+        d, _ = drafters.sample_draft(logits, s.params, "exact", torch.arange(len(ctxs)),
+                                     torch.full((len(ctxs),), POS0 + slot))
+        return [(b, x, 1.0, None) for b, x in zip(grow, d.tolist())]
+    owner, weight, mid = [], [], []
+    for j, c in enumerate(ctxs):
+        q = s.q_ref(c)
+        lo = 0.0
+        for qx in q:
+            if qx > 0:
+                owner.append(j)
+                weight.append(qx)
+                mid.append((lo, qx))
+            lo += qx
+    rows = torch.tensor(owner)
+    lows = torch.tensor([a for a, _ in mid], dtype=torch.float64)
+    widths = torch.tensor([w for _, w in mid], dtype=torch.float64)
+    tokens = []
+    for point in (0.5, DELTA, 1 - DELTA):
+        table = torch.full((len(owner), s.k + 2), 0.5, dtype=torch.float64)
+        table[:, slot] = lows + point * widths
+        d, q = drafters.sample_draft(logits[rows], s.params, "exact", torch.arange(len(owner)),
+                                     torch.full((len(owner),), POS0 + slot), CellDraws({STREAM_DRAFT: table}))
+        tokens.append(d)
+    # The drafter's token must be constant on each of its cells, like the verifier's output.
+    if not (torch.equal(tokens[0], tokens[1]) and torch.equal(tokens[0], tokens[2])):
+        raise CertificationError("the shipped draft sampler's token changes inside one CDF cell of q")
+    return [(grow[o], x, w, q[r]) for r, (o, x, w) in enumerate(zip(owner, tokens[0].tolist(), weight))]
+
+
+class CertificationError(AssertionError):
+    """The shipped code is not a piecewise-constant function of its draws on the reference cells."""
+
+
+def _ref_rows(s: Setup, contexts: list[Context], br: _Branches) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reference p ``[Bb, K+1, V]``, q ``[Bb, K, V]`` (one-hot for point masses and greedy drafts)
+    and drafts ``[Bb, K]`` (0 past n) of every branch, in float64. Rows are as the verifier gets
+    them: raw tables (``params=None``) keep their own sums."""
+    K, V = s.k, s.vocab
+    uniform = [1.0 / V] * V  # unused slots: any distribution (the verifier must not read them)
+    dense_q = not s.point_mass and not (s.params is not None and s.params.greedy)
+    p_rows, q_rows, d_rows = [], [], []
+    for c, toks in zip(br.ctx, br.tokens):
+        ctx, n = contexts[c], len(toks)
+        p_rows.append([list(s.p_ref(ctx + toks[:i])) for i in range(n + 1)] + [uniform] * (K - n))
+        if dense_q:
+            q_rows.append([list(s.q_ref(ctx + toks[:i])) for i in range(n)] + [uniform] * (K - n))
+        else:
+            q_rows.append([[float(x == t) for x in range(V)] for t in toks] + [uniform] * (K - n))
+        d_rows.append(list(toks) + [0] * (K - n))
+    p = torch.tensor(p_rows, dtype=torch.float64).reshape(len(br.ctx), K + 1, V)
+    q = torch.tensor(q_rows, dtype=torch.float64).reshape(len(br.ctx), K, V)
+    d = torch.tensor(d_rows, dtype=torch.int64).reshape(len(br.ctx), K)
+    return p, q, d
+
+
+def _exact_rows(s: Setup, contexts: list[Context], br: _Branches):
+    """Rows (branch, accept pattern j, emitted token x) with their probability and draw tables.
+
+    Pattern j: slots < j accepted, slot j rejected (j < n) or every draft accepted (j = n); the
+    emitted token x then comes from the residual at j or the bonus p at n.
+    """
+    K, V = s.k, s.vocab
+    p, q, d = _ref_rows(s, contexts, br)
+    n = torch.tensor([len(t) for t in br.tokens])
+    Bb = len(br.ctx)
+    slots = torch.arange(K)
+    drafted = slots < n[:, None]  # [Bb, K]
+    p_d = p[:, :K].gather(-1, d[..., None]).squeeze(-1)
+    q_d = q.gather(-1, d[..., None]).squeeze(-1)
+    a = torch.where(drafted, torch.minimum(torch.ones_like(p_d), p_d / q_d.clamp_min(1e-300)), 1.0)  # [Bb, K]
+    # P(pattern j) = a_0 ... a_{j-1} (1 - a_j), and a_0 ... a_{n-1} for j = n.
+    before = torch.cat([torch.ones(Bb, 1, dtype=torch.float64), a.cumprod(1)], 1)  # [Bb, K+1]
+    reject = torch.cat([1 - a, torch.ones(Bb, 1, dtype=torch.float64)], 1)  # [Bb, K+1]
+    j_all = torch.arange(K + 1)
+    pattern = before * torch.where(j_all < n[:, None], reject, 1.0) * (j_all <= n[:, None])  # [Bb, K+1]
+    emit = torch.zeros(Bb, K + 1, V, dtype=torch.float64)  # law of the emitted token per pattern
+    for b in range(Bb):
+        nb = int(n[b])
+        for j in range(nb + 1):
+            if pattern[b, j] > 0:
+                emit[b, j] = (p[b, nb] / p[b, nb].sum() if j == nb else
+                              torch.tensor(_residual_ref(tuple(p[b, j].tolist()), tuple(q[b, j].tolist())),
+                                           dtype=torch.float64))
+    w = pattern[..., None] * emit  # [Bb, K+1, V]
+    branch, j, x = (w > 0).nonzero(as_tuple=True)
+    weight = w[branch, j, x]
+    R = branch.numel()
+    cdf_hi = emit.cumsum(-1)[branch, j, x]
+    width = emit[branch, j, x]
+    cdf_lo = cdf_hi - width
+    a_r = a[branch]  # [R, K]
+    tables = []
+    for point in (0.5, DELTA, 1 - DELTA):
+        ignore = {0.5: 0.5, DELTA: DELTA, 1 - DELTA: 1 - DELTA}[point]
+        acc = torch.full((R, K + 2), ignore, dtype=torch.float64)
+        sl = torch.arange(K)[None]
+        accept_pt = a_r * point  # inside [0, a)
+        reject_pt = a_r + (1 - a_r) * point  # inside [a, 1)
+        acc[:, :K] = torch.where(sl < j[:, None], accept_pt, torch.where(sl == j[:, None], reject_pt, ignore))
+        em = torch.full((R, K + 2), ignore, dtype=torch.float64)
+        em[torch.arange(R), j] = cdf_lo + point * width
+        tables.append(({STREAM_ACCEPT: acc, STREAM_EMIT: em}, None))
+    return branch, weight, tables
+
+
+def _gumbel_rows(s: Setup, contexts: list[Context], br: _Branches):
+    """Rows (branch, first mismatch j, target token t) with probability and noise tables.
+
+    The target's token at slot i is t_i = argmax(log p_i + G_i); its law is the Gumbel-max law of
+    p_i (numerical integration, :func:`gumbel_max_laws`). Pattern j: t_i = d_i for i < j, then
+    t_j != d_j (j < n) or any t_j (the bonus slot j = n). The noise realising t at a slot is
+    ``G = -log p`` plus a lead for t (:data:`_MARGIN` per probe); the other slots get random noise.
+    """
+    K, V = s.k, s.vocab
+    p, _, d = _ref_rows(s, contexts, br)
+    n = [len(t) for t in br.tokens]
+    g = gumbel_max_laws(p.reshape(-1, V).numpy()).reshape(len(n), K + 1, V).tolist()  # [Bb][K+1][V]
+    branch, pat, tok, weight = [], [], [], []
+    for b in range(len(n)):
+        prefix = 1.0
+        for j in range(n[b] + 1):
+            for t in range(V):
+                if (j < n[b] and t == int(d[b, j])) or g[b][j][t] <= 0:
+                    continue
+                branch.append(b), pat.append(j), tok.append(t), weight.append(prefix * g[b][j][t])
+            if j < n[b]:
+                prefix *= g[b][j][int(d[b, j])]
+    branch_t, j_t, t_t = torch.tensor(branch), torch.tensor(pat), torch.tensor(tok)
+    R = len(branch)
+    logp = torch.log(p[branch_t])  # [R, K+1, V]
+    base = torch.where(torch.isfinite(logp), -logp, 0.0)
+    # target token per slot: d_i before j, t at j
+    want = torch.cat([d[branch_t], torch.zeros(R, 1, dtype=torch.int64)], 1)  # [R, K+1]
+    want[torch.arange(R), j_t] = t_t
+    used = torch.arange(K + 1)[None] <= j_t[:, None]  # [R, K+1]
+    tables = []
+    gen = torch.Generator().manual_seed(1234)
+    for probe in PROBES:
+        noise = -torch.log(-torch.log(torch.rand(R, K + 2, V, generator=gen, dtype=torch.float64)))
+        lead = torch.zeros(R, K + 1, V, dtype=torch.float64).scatter_(-1, want[..., None], _MARGIN[probe])
+        noise[:, : K + 1] = torch.where(used[..., None], base + lead, noise[:, : K + 1])
+        uniforms = {STREAM_ACCEPT: torch.full((R, K + 2), 0.5, dtype=torch.float64)}
+        uniforms[STREAM_EMIT] = uniforms[STREAM_ACCEPT]
+        tables.append((uniforms, noise))
+    return branch_t, torch.tensor(weight, dtype=torch.float64), tables

@@ -1,0 +1,226 @@
+"""Deliberately wrong verifiers: proof that the certificate has teeth.
+
+Each mutant replaces one step of the shipped code (a function of :mod:`verispec.verify`, of the
+drafter's sampling step or of the sampling transform) by a wrong version, for the duration of a
+``with mutant.injected():`` block. :func:`run_mutants` runs the certification grid under each
+one and records the first case that catches it; every mutant must be caught
+(``verispec certify --mutants``; a test asserts it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .. import drafters, sampling
+import importlib
+
+from ..rng import STREAM_ACCEPT, STREAM_EMIT, inverse_cdf
+from .grid import CertCase, CertResult, default_grid, run_case
+
+V = importlib.import_module("verispec.verify")  # the module whose steps the mutants replace
+
+__all__ = ["Mutant", "MutantResult", "MUTANTS", "run_mutants"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A wrong variant of one step: ``patches`` maps (module, attribute) to a replacement factory
+    that gets the real function and returns the wrong one."""
+
+    name: str
+    what: str
+    patches: tuple[tuple[object, str, Callable[[Callable], Callable]], ...]
+
+    @contextlib.contextmanager
+    def injected(self) -> Iterator[None]:
+        saved = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in self.patches]
+        try:
+            for (mod, attr, make), (_, _, real) in zip(self.patches, saved):
+                setattr(mod, attr, make(real))
+            yield
+        finally:
+            for mod, attr, real in saved:
+                setattr(mod, attr, real)
+
+    @property
+    def where(self) -> str:
+        return ", ".join(f"{getattr(m, '__name__', m)}.{a}" for m, a, _ in self.patches)
+
+
+# ----------------------------------------------------------------------------------------------
+# The wrong steps
+
+
+def _accept_all(real):
+    return lambda u, p_d, q_d: torch.ones_like(u, dtype=torch.bool)
+
+
+def _accept_q_over_p(real):
+    return lambda u, p_d, q_d: u * p_d < q_d
+
+
+def _slot_j(p, q, d, rows, j, rejected):
+    """p_j and the q_j that the correct rule subtracts (0 for bonus rows), both float64 [b, V]."""
+    K = d.shape[1]
+    p_j = V._rows_at(p, rows, j).double()
+    if K == 0:
+        return p_j, torch.zeros_like(p_j)
+    jj = j.clamp(max=K - 1)
+    if q is None:
+        q_j = torch.zeros_like(p_j).scatter_(-1, d[rows, jj][:, None], 1.0)
+    else:
+        q_j = V._rows_at(q, rows, jj).double()
+    return p_j, q_j * rejected[:, None]
+
+
+def _residual_is_p(real):
+    return lambda p, q, d, rows, j, rejected: V._rows_at(p, rows, j).double()
+
+
+def _residual_abs(real):
+    def residual(p, q, d, rows, j, rejected):
+        p_j, q_j = _slot_j(p, q, d, rows, j, rejected)
+        return V._fallback((p_j - q_j).abs(), p_j)
+    return residual
+
+
+def _bonus_from_q(real):
+    def residual(p, q, d, rows, j, rejected):
+        out = real(p, q, d, rows, j, rejected)
+        K = d.shape[1]
+        bonus = (~rejected & (j > 0)).nonzero().squeeze(1)
+        if K and bonus.numel():  # the bonus drawn from the last draft's q instead of p_{n+1}
+            last = (j[bonus] - 1).clamp(max=K - 1)
+            if q is None:
+                out[bonus] = torch.zeros_like(out[bonus]).scatter_(-1, d[rows[bonus], last][:, None], 1.0)
+            else:
+                out[bonus] = V._rows_at(q, rows[bonus], last).double()
+        return out
+    return residual
+
+
+def _fallback_uniform(real):
+    def fallback(residual, p_j):
+        no_mass = residual.sum(-1) <= 0
+        residual[no_mass] = 1.0
+        return residual
+    return fallback
+
+
+def _accept_uniform_reused(real):
+    return lambda residual, draws, seeds, positions: inverse_cdf(residual, draws.uniform(seeds, positions,
+                                                                                         STREAM_ACCEPT))
+
+
+def _not_renormalised(real):
+    def draw(residual, draws, seeds, positions):
+        u = draws.uniform(seeds, positions, STREAM_EMIT)
+        cdf = residual.cumsum(-1)  # the raw residual's cdf, not scaled to total 1
+        return torch.searchsorted(cdf, u[:, None], right=True).clamp(max=residual.shape[-1] - 1).squeeze(-1)
+    return draw
+
+
+def _positions_off_by_one(real):
+    return lambda positions, K: real(positions + 1, K)
+
+
+def _greedy_ties_to_highest(real):
+    def transform(logits, params):
+        if not params.greedy:
+            return real(logits, params)
+        top = logits.shape[-1] - 1 - logits.flip(-1).argmax(-1, keepdim=True)
+        return torch.zeros_like(logits).scatter_(-1, top, 1.0)
+    return transform
+
+
+def _q_before_top_p(real):
+    def sample_draft(logits, params, method, seeds, positions, draws=V.COUNTER):
+        d, _ = real(logits, params, method, seeds, positions, draws)  # sampled from the filtered q ...
+        return d, sampling.logits_to_probs(logits, dataclasses.replace(params, top_p=1.0))  # ... reports the raw q
+    return sample_draft
+
+
+def _greedy_accepts_every_draft(real):
+    def greedy(p, d, drafted, num_draft):
+        B, K1, _ = p.shape
+        x = V._rows_at(p, torch.arange(B), num_draft).argmax(-1)
+        return V._assemble(d, num_draft.clone(), x, num_draft)
+    return greedy
+
+
+def _gumbel_noise_of_next_position(real):
+    return lambda p_i, seeds, positions, draws: real(p_i, seeds, positions + 1, draws)
+
+
+def _gumbel_one_hot_shortcut_wrong(real):
+    def target_token(p_i, seeds, positions, draws):
+        t = real(p_i, seeds, positions, draws)
+        return torch.where(V._is_one_hot(p_i), (t + 1) % p_i.shape[-1], t)
+    return target_token
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("accept_all", "accept every draft", ((V, "_accepts", _accept_all),)),
+    Mutant("accept_q_over_p", "accept with probability q/p instead of p/q", ((V, "_accepts", _accept_q_over_p),)),
+    Mutant("residual_is_p", "on rejection draw from p, not max(0, p - q)", ((V, "_residual", _residual_is_p),)),
+    Mutant("residual_abs", "residual |p - q| instead of max(0, p - q)", ((V, "_residual", _residual_abs),)),
+    Mutant("bonus_from_q", "bonus token drawn from the last q instead of p", ((V, "_residual", _bonus_from_q),)),
+    Mutant("accept_uniform_reused", "the residual draw reuses the accept uniform",
+           ((V, "_draw", _accept_uniform_reused),)),
+    Mutant("residual_not_renormalised", "inverse CDF over the raw residual, not normalised",
+           ((V, "_draw", _not_renormalised),)),
+    Mutant("zero_residual_uniform", "zero residual mass falls back to uniform, not p",
+           ((V, "_fallback", _fallback_uniform),)),
+    Mutant("position_off_by_one", "accept draws keyed by position + 1", ((V, "_slot_positions", _positions_off_by_one),)),
+    Mutant("greedy_ties_to_highest", "temperature 0 breaks ties towards the highest id",
+           ((sampling, "logits_to_probs", _greedy_ties_to_highest),
+            (drafters, "logits_to_probs", _greedy_ties_to_highest))),
+    Mutant("q_before_top_p", "the drafter reports q before the top-p filter it sampled with",
+           ((drafters, "sample_draft", _q_before_top_p),)),
+    Mutant("greedy_accepts_all", "the greedy fast path accepts every draft",
+           ((V, "_verify_greedy", _greedy_accepts_every_draft),)),
+    Mutant("gumbel_next_position", "gumbel: the target's noise taken at position + 1",
+           ((V, "_target_token", _gumbel_noise_of_next_position),)),
+    Mutant("gumbel_one_hot_shortcut", "gumbel: one-hot slots emit the wrong token",
+           ((V, "_target_token", _gumbel_one_hot_shortcut_wrong),)),
+)
+
+
+@dataclass(frozen=True)
+class MutantResult:
+    mutant: Mutant
+    caught_by: CertResult | None  # the first failing case, or None: the mutant survived
+    cases_run: int
+    seconds: float
+
+    @property
+    def caught(self) -> bool:
+        return self.caught_by is not None
+
+
+def run_mutants(cases: Sequence[CertCase] | None = None, mutants: Sequence[Mutant] = MUTANTS,
+                on_case: Callable[[], None] | None = None) -> list[MutantResult]:
+    """Certify under each mutant until a case fails; gumbel mutants are tried on gumbel cases first."""
+    cases = list(default_grid(quick=True) if cases is None else cases)
+    results = []
+    for m in mutants:
+        first = "gumbel" if m.name.startswith("gumbel") else "exact"
+        order = sorted(cases, key=lambda c: (c.method != first, c.vocab, c.k))
+        t0, caught, n = time.perf_counter(), None, 0
+        with m.injected():
+            for case in order:
+                n += 1
+                res = run_case(case)
+                if on_case:
+                    on_case()
+                if not res.passed:
+                    caught = res
+                    break
+        results.append(MutantResult(m, caught, n, time.perf_counter() - t0))
+    return results

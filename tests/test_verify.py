@@ -17,6 +17,7 @@ in batches of 4 and 16, on reruns, and with 1 or 2 torch threads.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 
 import numpy as np
@@ -27,9 +28,10 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from verispec import certify, verify
-from verispec.rng import COUNTER
-from verispec.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, sample, uniform
+from verispec.rng import COUNTER, STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, sample, uniform
 from verispec.verify import SUM_TOLERANCE, Verification, gumbel_argmax
+
+V_MOD = importlib.import_module("verispec.verify")
 
 F64 = torch.float64
 
@@ -868,3 +870,65 @@ def test_greedy_hint_is_validated():
         verify(p, None, d, seeds=torch.arange(2), greedy=True)
     with pytest.raises(TypeError, match="^greedy"):
         verify(p, None, d, seeds=torch.arange(2), greedy="yes")
+
+
+# ----------------------------------------------------------------------------------------------
+# Review fixes (issue 13, section 2)
+
+
+def test_a_float32_row_rounded_to_one_is_not_taken_for_one_hot():
+    """A float32 softmax row can round its top entry to exactly 1.0 and keep ~3e-8 elsewhere; the
+    greedy fast path would drop that mass. Detected rows are one-hot only if nothing else is > 0,
+    and such a row then goes through the exact rule, whose residual draw can reach the tiny tokens."""
+    from verispec.certify import CellDraws
+    from verispec.certify.cells import POS0
+    from verispec.rng import STREAM_ACCEPT, STREAM_EMIT
+
+    p = torch.zeros(1, 1, 4, dtype=torch.float32)
+    p[0, 0, 0], p[0, 0, 3] = 1.0, 3e-8  # sums to 1 + 3e-8: a valid float32 row
+    assert float(p.amax()) == 1.0
+    assert not bool(V_MOD._is_one_hot(p).any())
+    u = torch.full((1, 3), 1 - 1e-9, dtype=torch.float64)  # the last CDF cell: token 3's
+    draws = CellDraws({STREAM_ACCEPT: u, STREAM_EMIT: u})
+    out = verify(p, None, torch.zeros(1, 0, dtype=torch.int64), seeds=torch.tensor([0]),
+                 positions=torch.tensor([POS0]), draws=draws)  # greedy detected, as by default
+    assert out.tokens.tolist() == [[3]]
+
+
+def test_residual_is_computed_in_float64_for_float32_inputs():
+    """p - q in float32 rounds away mass (0.5 + 2^-24 - 2^-30 rounds to 0.5 + 2^-24); float64 keeps it."""
+    p = torch.tensor([[[0.5 + 2**-24, 0.5 - 2**-24]]], dtype=torch.float32)
+    q = torch.tensor([[[2**-30, 1 - 2**-30]]], dtype=torch.float32)
+    d = torch.tensor([[1]])
+    r = V_MOD._residual(p, q, d, torch.tensor([0]), torch.tensor([0]), torch.tensor([True]))
+    assert r.dtype == torch.float64
+    want = (p[0, 0].double() - q[0, 0].double()).clamp_min(0)
+    assert torch.equal(r[0], want)
+    assert float(r[0, 0]) != float(p[0, 0, 0] - q[0, 0, 0])  # float32 arithmetic would differ
+
+
+def test_inputs_that_require_grad_are_refused_by_name():
+    b = _valid()
+    b["target_probs"] = b["target_probs"].clone().requires_grad_(True)
+    with pytest.raises(ValueError, match=r"^target_probs requires grad.*detach"):
+        _call(b)
+    b = _valid()
+    b["draft_probs"] = b["draft_probs"].clone().requires_grad_(True)
+    with pytest.raises(ValueError, match=r"^draft_probs requires grad"):
+        _call(b)
+
+
+@pytest.mark.parametrize("seeds", [[2**63, 0, 1], [-(2**63) - 1, 0, 1], [2**64, 0, 1]])
+def test_seeds_outside_int64_are_refused_by_name(seeds):
+    b = _valid()
+    b["seeds"] = seeds
+    with pytest.raises(ValueError, match=r"^seeds must be int64"):
+        _call(b)
+
+
+def test_sum_error_message_shows_the_error():
+    """The message must show by how much the worst row is off (it used to print '1')."""
+    b = _valid(torch.float64)
+    _scale_row("target_probs", (0, 0), 1 + 3e-9)(b)
+    with pytest.raises(ValueError, match=r"worst row sums to 1 \+ 3e-09 = 1\.000000003"):
+        _call(b)

@@ -129,9 +129,12 @@ def cat_batches(*batches: dict) -> dict:
 
 
 def _valid(dtype=F64) -> dict:
+    """Three rows drafting 2, 1 and 0 tokens with q = p, so every draft is accepted and every slot up
+    to the bonus is read (validation checks the rows the rules read)."""
     gen = torch.Generator().manual_seed(0)
     b = make_batch(gen, 3, 2, 5, dtype=dtype, ragged=False)
     b["num_draft"] = torch.tensor([2, 1, 0])
+    b["draft_probs"] = b["target_probs"][:, :2].clone()
     return b
 
 

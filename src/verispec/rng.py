@@ -26,6 +26,7 @@ __all__ = [
     "uniform",
     "sample",
     "inverse_cdf",
+    "inverse_cdf_reference",
     "gumbel_noise",
     "random_seeds",
     "Draws",
@@ -118,21 +119,59 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     Returns int64 ids of shape ``probs.shape[:-1]``, always in ``[0, V)``: a row whose total
     mass is not finite and positive (NaN, inf, all zeros) raises ``ValueError``, as no token
     can be drawn from it (the search would return the out-of-range id V, or a zero-mass token).
+
+    The CDF is float64. For large V it is searched in two levels (chunk sums, then one chunk's
+    cumulative sum), which reads each row once instead of building its whole cumulative sum;
+    :func:`inverse_cdf_reference` is the plain one-level search it is tested against.
     """
+    V = probs.shape[-1]
+    if V < 8 * _CHUNK:
+        return inverse_cdf_reference(probs, u)
+    x = probs.reshape(-1, V)  # [n, V]
+    x = x if x.dtype == torch.float64 else x.double()
+    n, C = x.shape[0], -(-V // _CHUNK)
+    full = V // _CHUNK * _CHUNK
+    sums = x[:, :full].view(n, -1, _CHUNK).sum(-1)  # [n, V // L] float64 chunk masses
+    if full < V:
+        sums = torch.cat([sums, x[:, full:].sum(-1, keepdim=True)], 1)  # [n, C]
+    ccdf = sums.cumsum_(-1)  # [n, C]
+    total = ccdf[:, -1:].contiguous()
+    _check_mass(total)
+    target = u.to(torch.float64).expand(probs.shape[:-1]).reshape(n, 1) * total  # [n, 1]
+    # The chunk whose cell holds the target; u * total can round up to total: never step past the
+    # first chunk where the cdf reaches its total (it has mass).
+    c = torch.minimum(torch.searchsorted(ccdf, target, right=True), torch.searchsorted(ccdf, total))  # [n, 1]
+    base = torch.where(c > 0, ccdf.gather(1, (c - 1).clamp_min(0)), 0.0)  # [n, 1] mass before the chunk
+    idx = c * _CHUNK + torch.arange(_CHUNK, device=x.device)  # [n, L]
+    seg = x.gather(1, idx.clamp_max(V - 1)).masked_fill_(idx >= V, 0.0)  # [n, L]
+    cdf = seg.cumsum_(-1).add_(base)  # [n, L]
+    t = torch.minimum(torch.searchsorted(cdf, target, right=True), torch.searchsorted(cdf, cdf[:, -1:].contiguous()))
+    return (c * _CHUNK + t).view(probs.shape[:-1])
+
+
+_CHUNK = 256  # tokens per chunk of the two-level search
+
+
+def inverse_cdf_reference(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """:func:`inverse_cdf` by one float64 cumulative sum over the whole row and one search."""
     cdf = probs.to(torch.float64, copy=True, memory_format=torch.contiguous_format).cumsum_(-1)  # [..., V]
     total = cdf[..., -1:].contiguous()
-    # NaN or inf anywhere in a row reaches its total through the cumsum: one check per row.
-    bad = ~(torch.isfinite(total) & (total > 0))
-    if bool(bad.any()):
-        rows = bad.squeeze(-1).nonzero().tolist()
-        raise ValueError(f"probs rows need a finite, positive total mass to sample from; {len(rows)} row(s) "
-                         f"do not, e.g. row {tuple(rows[0])} with total {float(total[bad][0]):g}")
+    _check_mass(total)
     u = u.to(torch.float64).expand(probs.shape[:-1]).unsqueeze(-1)
     token = torch.searchsorted(cdf, u * total, right=True)
     # u * total can round up to total; never step past the first token where the cdf reaches
     # its total (that token has mass: the cdf rises there).
     last = torch.searchsorted(cdf, total, right=False)
     return torch.minimum(token, last).squeeze(-1)
+
+
+def _check_mass(total: torch.Tensor) -> None:
+    # NaN or inf anywhere in a row reaches its total through the sums: one check per row.
+    bad = ~(torch.isfinite(total) & (total > 0))
+    if bool(bad.any()):
+        rows = bad.squeeze(-1).nonzero().tolist()
+        raise ValueError(f"probs rows need a finite, positive total mass to sample from; {len(rows)} row(s) "
+                         f"do not, e.g. row {tuple(rows[0])} with total {float(total[bad][0]):g}")
 
 
 def random_seeds(n: int) -> torch.Tensor:

@@ -118,48 +118,61 @@ def verify(
     # Undrafted slots may hold placeholders such as -1: point them at token 0 for the gathers.
     d = torch.where(drafted, draft_tokens, 0)  # [B, K]
 
-    if method == "gumbel":  # one-hot slots already take the argmax inside
-        return _verify_gumbel(target_probs, d, drafted, num_draft, seeds, positions, draws)
-    greedy = _greedy_rows(target_probs, greedy, num_draft, validate)  # [B]
+    greedy = torch.zeros(B, dtype=torch.bool, device=device) if method == "gumbel" else _greedy_rows(target_probs, greedy)
+    q = draft_probs if method == "exact" else None
+    try:
+        if method == "gumbel":  # one-hot slots already take the argmax inside
+            out = _verify_gumbel(target_probs, d, drafted, num_draft, seeds, positions, draws)
+        else:
+            out = _verify(target_probs, q, d, drafted, num_draft, seeds, positions, draws, greedy)
+    except ValueError:  # a rule met a row it cannot use: name the argument if the input is at fault
+        if validate:
+            _check_rows_read(target_probs, q, num_draft, num_draft, greedy)
+        raise
+    if validate:  # every row the rules read: each slot up to the emitting one
+        _check_rows_read(target_probs, q, out.num_accepted, num_draft, greedy)
+    return out
+
+
+def _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy) -> Verification:
+    """Greedy rows on the fast path, the others by the exact rule; merged row by row."""
     if bool(greedy.all()):
-        return _verify_greedy(target_probs, d, drafted, num_draft)
+        return _verify_greedy(p, d, drafted, num_draft)
     if not bool(greedy.any()):
-        return _verify_exact(target_probs, draft_probs, d, drafted, num_draft, seeds, positions, draws)
-    # Mixed batch: each kind of row on its own subset, then merged row by row.
+        return _verify_exact(p, q, d, drafted, num_draft, seeds, positions, draws)
     g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
-    fast = _verify_greedy(target_probs[g], d[g], drafted[g], num_draft[g])
-    slow = _verify_exact(target_probs[s], None if draft_probs is None else draft_probs[s], d[s], drafted[s],
-                         num_draft[s], seeds[s], positions[s], draws)
-    return _merge_rows(B, (g, fast), (s, slow), num_draft=num_draft)
+    fast = _verify_greedy(p[g], d[g], drafted[g], num_draft[g])
+    slow = _verify_exact(p[s], None if q is None else q[s], d[s], drafted[s], num_draft[s], seeds[s], positions[s],
+                         draws)
+    return _merge_rows(p.shape[0], (g, fast), (s, slow), num_draft=num_draft)
 
 
-def _greedy_rows(p: torch.Tensor, greedy: bool | torch.Tensor | None, num_draft: torch.Tensor,
-                 validate: bool) -> torch.Tensor:
-    """``[B]`` bool: rows whose p is one-hot at every used slot (0..num_draft)."""
-    B, K1, _ = p.shape
-    if greedy is None or validate:
-        used = torch.arange(K1, device=p.device) <= num_draft[:, None]  # [B, K+1]
-        one_hot = (_is_one_hot(p) | ~used).all(-1)  # [B]
+def _greedy_rows(p: torch.Tensor, greedy: bool | torch.Tensor | None) -> torch.Tensor:
+    """``[B]`` bool: the rows that take the greedy fast path (detected: one-hot at every slot)."""
+    B = p.shape[0]
     if greedy is None:
-        return one_hot
+        return _is_one_hot(p).all(-1)  # [B]; slots past a row's drafts hold ones too in practice
     if isinstance(greedy, bool):
-        rows = torch.full((B,), greedy, dtype=torch.bool, device=p.device)
-    elif isinstance(greedy, torch.Tensor) and greedy.dtype == torch.bool and tuple(greedy.shape) == (B,):
-        rows = greedy.to(p.device)
-    else:
-        raise TypeError(f"greedy must be None, a bool or a [B] = [{B}] bool tensor")
-    if validate and bool((rows & ~one_hot).any()):
-        raise ValueError("greedy marks rows whose target_probs are not one-hot (temperature 0)")
-    return rows
+        return torch.full((B,), greedy, dtype=torch.bool, device=p.device)
+    if isinstance(greedy, torch.Tensor) and greedy.dtype == torch.bool and tuple(greedy.shape) == (B,):
+        return greedy.to(p.device)
+    raise TypeError(f"greedy must be None, a bool or a [B] = [{B}] bool tensor")
 
 
 def _is_one_hot(x: torch.Tensor) -> torch.Tensor:
-    """``[...]`` bool: the row ``x[..., :]`` is exactly one 1 and zeros elsewhere.
+    """``x.shape[:-1]`` bool: the row ``x[..., :]`` is exactly one 1 and zeros elsewhere.
 
     ``amax == 1`` alone is not enough: a float32 softmax row can round its top entry to 1.0
-    and still hold ~3e-8 of mass elsewhere, which the greedy fast path would drop.
+    and still hold ~3e-8 of mass elsewhere, which the greedy fast path would drop. The count of
+    positive entries is the sum of ``ceil(x)`` (entries lie in [0, 1]), taken a block of rows at a
+    time so that the temporary stays in cache.
     """
-    return (x.amax(-1) == 1) & ((x != 0).sum(-1) == 1)
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.empty(flat.shape[0], dtype=torch.bool, device=x.device)
+    for r in _row_blocks(flat.shape[0], x.shape[-1], 1 << 18):
+        rows = flat[r]
+        out[r] = (rows.amax(-1) == 1) & (rows.ceil().sum(-1) == 1)
+    return out.view(x.shape[:-1])
 
 
 def gumbel_argmax(logprobs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
@@ -256,30 +269,31 @@ def _residual(
     rejected: torch.Tensor,  # [b] rejection at slot j (else: bonus)
 ) -> torch.Tensor:
     """``[b, V]`` float64: max(0, p_j - q_j) on rejection, p_j for the bonus; p_j where the
-    residual has no mass. Float64 even for float32/16 inputs, so that no mass is lost to rounding
-    in p - q. Unnormalised: the draw scales by the row's total."""
+    residual has no mass. Float64 even for float32/16 inputs: the difference of two float32 values
+    is exact in float64, so no mass is lost to rounding in p - q. Unnormalised: the draw scales by
+    the row's total."""
     K = d.shape[1]
-    p_j = _rows_at(p, rows, j).double()  # [b, V]
+    residual = _rows_at(p, rows, j, torch.float64)  # [b, V] p_j, a fresh copy to work in
     if q is None:  # q_j = one-hot(d_j): max(0, p - q) is p without d_j (p(d_j) - 1 <= 0)
-        residual = p_j.clone()
         if K > 0:
             d_j = d[rows, j.clamp(max=K - 1)]  # [b]
             hit = rejected.nonzero().squeeze(1)
             residual[hit, d_j[hit]] = 0.0
-    else:
-        q_j = _rows_at(q, rows, j.clamp(max=K - 1)).double() if K > 0 else torch.zeros_like(p_j)  # [b, V]
-        q_j.masked_fill_(~rejected[:, None], 0)  # bonus rows: max(0, p - 0) = p
-        residual = torch.sub(p_j, q_j, out=q_j).clamp_min_(0)  # max(0, p - q), in place
-    return _fallback(residual, p_j)
+        return _fallback(residual, p, rows, j)
+    if K > 0:
+        q_j = _rows_at(q, rows, j.clamp(max=K - 1))  # [b, V] in q's dtype
+        q_j.index_fill_(0, (~rejected).nonzero().squeeze(1), 0)  # bonus rows: max(0, p - 0) = p
+        residual.sub_(q_j.to(torch.float64)).clamp_min_(0)  # max(0, p - q)
+    return _fallback(residual, p, rows, j)
 
 
-def _fallback(residual: torch.Tensor, p_j: torch.Tensor) -> torch.Tensor:
+def _fallback(residual: torch.Tensor, p: torch.Tensor, rows: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
     """Zero residual mass means p <= q everywhere (p == q for normalised rows), where rejection
-    has probability 0; floating point can still get here, and the correct fallback is p itself
+    has probability 0; floating point can still get here, and the correct fallback is p_j itself
     (not a "tiny-clamped" residual, which would emit near-uniform tokens)."""
     no_mass = residual.sum(-1) <= 0  # [b]
     if bool(no_mass.any()):
-        residual[no_mass] = p_j[no_mass]
+        residual[no_mass] = _rows_at(p, rows[no_mass], j[no_mass], torch.float64)
     return residual
 
 
@@ -288,14 +302,14 @@ def _draw(residual: torch.Tensor, draws: Draws, seeds: torch.Tensor, positions: 
     return inverse_cdf(residual, draws.uniform(seeds, positions, STREAM_EMIT))
 
 
-def _rows_at(x: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """``x[rows, slots]`` for ``x`` of shape ``[B, S, V]``: a fresh ``[b, V]`` tensor (whole-row copies)."""
-    if x.is_contiguous():
-        return x.view(-1, x.shape[-1]).index_select(0, rows * x.shape[1] + slots)
-    return x[rows, slots]
+def _rows_at(x: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x[rows, slots]`` for ``x`` of shape ``[B, S, V]``: a fresh ``[b, V]`` tensor (whole-row copies),
+    converted to ``dtype`` if given."""
+    out = x.view(-1, x.shape[-1]).index_select(0, rows * x.shape[1] + slots) if x.is_contiguous() else x[rows, slots]
+    return out if dtype is None or out.dtype == dtype else out.to(dtype)
 
 
-def _row_blocks(n_rows: int, row_len: int, block: int = 1 << 20) -> list[slice]:
+def _row_blocks(n_rows: int, row_len: int, block: int = 1 << 18) -> list[slice]:
     """Slices of rows holding about ``block`` elements each (at least one row)."""
     step = max(1, block // max(row_len, 1))
     return [slice(i, i + step) for i in range(0, n_rows, step)]
@@ -462,6 +476,7 @@ def _check_values(
     drafted: torch.Tensor,
     method: str,
 ) -> None:
+    """Before the rules run: ids, lengths, positions, and p and q at the drafted tokens."""
     B, K1, V = p.shape
     K = K1 - 1
     if bool(((num_draft < 0) | (num_draft > K)).any()):
@@ -471,27 +486,66 @@ def _check_values(
     if bool((drafted & ((d < 0) | (d >= V))).any()):
         raise ValueError(f"draft_tokens must be ids in [0, V={V}) at drafted slots")
     tol = SUM_TOLERANCE.get(p.dtype, _LOW_PRECISION_SUM_TOLERANCE)
-    # p is needed at slots 0..n (n drafts + the bonus slot); q at slots 0..n-1.
-    _check_distribution("target_probs", p, torch.arange(K1, device=p.device) <= num_draft[:, None], tol)
+    d = d.clamp(0, V - 1)[..., None]
+    p_d = p[:, :K].gather(-1, d).squeeze(-1)  # [B, K]
+    if bool((drafted & ~((p_d >= 0) & (p_d <= 1 + tol))).any()):
+        raise ValueError("target_probs has entries outside [0, 1] (or NaN) at drafted tokens")
     if q is not None and method == "exact":
-        _check_distribution("draft_probs", q, drafted, tol)
-        q_d = q.gather(-1, d.clamp(0, V - 1)[..., None]).squeeze(-1)
-        if bool((drafted & (q_d <= 0)).any()):
+        q_d = q.gather(-1, d).squeeze(-1)
+        if bool((drafted & ~(q_d <= 1 + tol)).any()):
+            raise ValueError("draft_probs has entries above 1 (or NaN) at drafted tokens")
+        if bool((drafted & ~(q_d > 0)).any()):
             raise ValueError(
                 "draft_probs gives probability 0 to a drafted token: the draft was not sampled "
                 "from draft_probs (pass draft_probs=None for point-mass drafts)"
             )
 
 
-def _check_distribution(name: str, x: torch.Tensor, used: torch.Tensor, tol: float) -> None:
-    sums = x.sum(-1)  # [B, S]; NaN / inf anywhere in a row shows up here
-    if not bool(torch.isfinite(sums[used]).all()):
+def _check_rows_read(p: torch.Tensor, q: torch.Tensor | None, j: torch.Tensor, num_draft: torch.Tensor,
+                     greedy: torch.Tensor) -> None:
+    """After the rules ran: every row they read is a distribution (finite, no negative entry, sums
+    to 1), i.e. p at slots 0..j and q at slots 0..min(j, n - 1), where j is each row's emitting
+    slot; rows of greedy rows are one-hot. Rows past the emitting slot cannot change the output and
+    are not read, here or by the rules (like slots past ``num_draft``): this is what keeps
+    validation at a fraction of one pass over p and q."""
+    B, K1, V = p.shape
+    tol = SUM_TOLERANCE.get(p.dtype, _LOW_PRECISION_SUM_TOLERANCE)
+    read = torch.arange(K1, device=p.device) <= j[:, None]  # [B, K+1]
+    _check_distributions("target_probs", p, read, tol, one_hot=greedy[:, None].expand(B, K1))
+    if q is not None and K1 > 1:
+        _check_distributions("draft_probs", q, read[:, :-1] & (torch.arange(K1 - 1) < num_draft[:, None]), tol)
+
+
+def _check_distributions(name: str, x: torch.Tensor, read: torch.Tensor, tol: float,
+                         one_hot: torch.Tensor | None = None) -> None:
+    """Check the rows ``x[b, s]`` where ``read[b, s]``: copied a block at a time into one buffer that
+    stays in cache, and reduced there (sum, min, and for one-hot rows the count of positive entries)."""
+    V = x.shape[-1]
+    flat = x.reshape(-1, V)  # [B * S, V] (a view for contiguous x)
+    idx = read.reshape(-1).nonzero().squeeze(1)  # [m] the rows read
+    m = idx.numel()
+    sums, mins = x.new_empty(m), x.new_empty(m)
+    hot = None if one_hot is None else one_hot.reshape(-1)[idx]  # [m] rows that must be one-hot
+    count = x.new_ones(m) if hot is not None and bool(hot.any()) else None
+    blocks = _row_blocks(m, V, _CHECK_BLOCK)
+    buf = x.new_empty(min(m, blocks[0].stop if blocks else 0), V)
+    for r in blocks:
+        rows = torch.index_select(flat, 0, idx[r], out=buf[: idx[r].numel()])  # [b, V]
+        torch.sum(rows, -1, out=sums[r])  # NaN / inf anywhere in a row shows up here
+        torch.amin(rows, -1, out=mins[r])
+        if count is not None and bool(hot[r].any()):
+            count[r] = torch.where(hot[r], rows.ceil_().sum(-1), 1.0)  # positive entries (all in [0, 1])
+    if not bool(torch.isfinite(sums).all()):
         raise ValueError(f"{name} contains NaN or inf")
-    lo = x.amin(-1)
-    if bool((lo[used] < 0).any()):
+    if bool((mins < 0).any()):
         raise ValueError(f"{name} has negative entries")
-    off = sums[used].double() - 1
-    if off.numel() and float(off.abs().max()) > tol:
+    off = sums.double() - 1
+    if m and float(off.abs().max()) > tol:
         worst = float(off[off.abs().argmax()])
         raise ValueError(f"{name} rows must sum to 1 (tolerance {tol:g} for {x.dtype}); worst row sums to "
                          f"1 {'+' if worst > 0 else '-'} {abs(worst):.3g} = {1 + worst!r}")
+    if count is not None and bool((hot & ((count != 1) | (sums != 1))).any()):  # one positive entry, equal to 1
+        raise ValueError("greedy marks rows whose target_probs are not one-hot (temperature 0)")
+
+
+_CHECK_BLOCK = 1 << 19  # elements per block of validated rows (4 MiB at float32)

@@ -86,7 +86,7 @@ def _residual_is_p(real):
 def _residual_abs(real):
     def residual(p, q, d, rows, j, rejected):
         p_j, q_j = _slot_j(p, q, d, rows, j, rejected)
-        return V._fallback((p_j - q_j).abs(), p_j)
+        return V._fallback((p_j - q_j).abs(), p, rows, j)
     return residual
 
 
@@ -106,7 +106,7 @@ def _bonus_from_q(real):
 
 
 def _fallback_uniform(real):
-    def fallback(residual, p_j):
+    def fallback(residual, p, rows, j):
         no_mass = residual.sum(-1) <= 0
         residual[no_mass] = 1.0
         return residual

@@ -259,3 +259,59 @@ def test_random_seeds_follow_torch_manual_seed():
     assert a.dtype == torch.int64 and a.shape == (16,)
     assert torch.equal(a, b) and not torch.equal(b, c)
     assert torch.unique(a).numel() == 16
+
+
+@pytest.mark.parametrize("V", [2047, 2048, 2049, 32000, 49152, 50001])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_two_level_inverse_cdf_equals_the_one_level_reference(V, dtype):
+    """The chunked search returns the reference's token for every u, including u at the ends, rows
+    whose mass sits in one chunk or in the partial last chunk, and never a zero-mass token."""
+    from verispec.rng import inverse_cdf, inverse_cdf_reference
+
+    gen = torch.Generator().manual_seed(V)
+    p = torch.rand(40, V, generator=gen, dtype=dtype) ** 8
+    p[:5, : V // 2] = 0
+    p[5:10, V // 3 :] = 0
+    p[10] = 0
+    p[10, 7] = 1.0
+    p[11] = 0
+    p[11, -1] = 1.0
+    u = torch.rand(40, generator=gen, dtype=torch.float64)
+    u[0], u[1] = 1 - 2**-53, 2**-53
+    got = inverse_cdf(p, u)
+    assert torch.equal(got, inverse_cdf_reference(p, u))
+    assert bool((p.gather(1, got[:, None]) > 0).all())
+
+
+@pytest.mark.parametrize("V", [5, 256, 300, 32000])
+@pytest.mark.parametrize("sharpness", [0.5, 3.0, 8.0])
+def test_block_skipping_gumbel_argmax_equals_the_whole_vector(V, sharpness):
+    """Skipping blocks that cannot win changes nothing: the same token as argmax(log p + G) over
+    the whole noise vector, for flat and peaked rows, rows with zeros and one-hot rows."""
+    from verispec.rng import gumbel_argmax, gumbel_argmax_reference
+
+    gen = torch.Generator().manual_seed(V)
+    p = torch.softmax(torch.randn(300, V, generator=gen, dtype=torch.float64) * sharpness, -1).float()
+    p[:10, : V // 2] = 0
+    p[10:12] = 0
+    p[10:12, 3 % V] = 1
+    p = p / p.sum(-1, keepdim=True)
+    seeds = torch.randint(-(2**62), 2**62, (300,), generator=gen)
+    pos = torch.randint(0, 1000, (300,), generator=gen)
+    assert torch.equal(gumbel_argmax(p, seeds, pos), gumbel_argmax_reference(p, seeds, pos))
+
+
+def test_gumbel_argmax_samples_p():
+    """Chi-square of 40,000 Gumbel-max choices (one per seed) against p over 600 tokens (3 blocks)."""
+    from verispec.rng import gumbel_argmax
+
+    gen = torch.Generator().manual_seed(1)
+    p = torch.softmax(torch.randn(600, generator=gen, dtype=torch.float64), -1)
+    n = 40_000
+    t = gumbel_argmax(p[None].expand(n, -1).contiguous(), torch.arange(n), torch.zeros(n, dtype=torch.int64))
+    counts = torch.bincount(t, minlength=600).double().numpy()
+    assert stats.chisquare(counts, (p * n).numpy()).pvalue > ALPHA
+    # power: the same test rejects samples from a tempered p
+    q = torch.softmax(torch.log(p) * 1.2, -1)
+    t = gumbel_argmax(q[None].expand(n, -1).contiguous(), torch.arange(n), torch.zeros(n, dtype=torch.int64))
+    assert stats.chisquare(torch.bincount(t, minlength=600).double().numpy(), (p * n).numpy()).pvalue < ALPHA

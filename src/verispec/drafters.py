@@ -26,7 +26,6 @@ from .models import CausalLM
 from .rng import COUNTER, STREAM_DRAFT, Draws, inverse_cdf
 from .runner import KVRunner, left_pad
 from .sampling import SamplingParams, logits_to_probs
-from .verify import gumbel_argmax
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
            "agreement", "to_target_vocab", "greedy_draft", "draw_draft", "sample_draft", "make_drafter", "load_drafter",
@@ -131,7 +130,7 @@ def _draw_from(q: torch.Tensor, params: SamplingParams, method: str, seeds: torc
     if params.greedy:  # q is one-hot: both rules pick its token, so skip the noise
         return q.argmax(-1)
     if method == "gumbel":
-        return gumbel_argmax(torch.log(q)[:, None], seeds, positions, draws)[:, 0]
+        return draws.gumbel_argmax(q, seeds, positions)
     return inverse_cdf(q, draws.uniform(seeds, positions, STREAM_DRAFT))
 
 

@@ -16,6 +16,8 @@ Uniforms are float64 built from the top 52 bits and lie strictly inside (0, 1), 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = [
@@ -28,6 +30,10 @@ __all__ = [
     "inverse_cdf",
     "inverse_cdf_reference",
     "gumbel_noise",
+    "gumbel_uniforms",
+    "gumbel_argmax",
+    "gumbel_argmax_reference",
+    "GUMBEL_BLOCK",
     "random_seeds",
     "Draws",
     "COUNTER",
@@ -91,14 +97,123 @@ def uniform(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.
 
 
 def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Standard Gumbel noise ``G(seed, position, token)`` of shape ``[*broadcast(seeds, positions), V]``.
+    """Standard Gumbel noise ``G(seed, position, token) = -log(-log u)`` of shape
+    ``[*broadcast(seeds, positions), V]``, float64, from the uniforms of :func:`gumbel_uniforms`.
+    The same (seed, position) always gives the same vector, whatever the batch.
+    """
+    return -torch.log(-torch.log(gumbel_uniforms(seeds, positions, vocab_size)))
 
-    float64. The same (seed, position) always gives the same vector, whatever the batch.
+
+def gumbel_uniforms(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The i.i.d. uniforms ``u(seed, position, token)`` behind the Gumbel noise, ``[..., V]`` float64.
+
+    They are drawn block by block (blocks of :data:`GUMBEL_BLOCK` token ids), largest first, so that a
+    Gumbel-max choice can skip whole blocks without drawing them (:func:`gumbel_argmax`): for a block of
+    L ids, the block's maximum is ``M = w^(1/L)`` (the law of the largest of L uniforms), it sits at a
+    uniformly drawn index, and every other id gets ``M * w_x``; the L values are then exactly i.i.d.
+    uniform on (0, 1). ``w``, the index and every ``w_x`` are counter-based draws of (seed, position).
+    The last block is a full block too (its ids past V are never used), so a token's uniform does not
+    depend on V.
     """
     key = _key(seeds, positions, STREAM_GUMBEL).unsqueeze(-1)  # [..., 1]
-    tokens = torch.arange(vocab_size, dtype=torch.int64, device=key.device)
-    u = _to_unit(_mix(key ^ tokens))  # [..., V]
-    return -torch.log(-torch.log(u))
+    tokens = torch.arange(vocab_size, dtype=torch.int64, device=key.device)  # [V]
+    block = tokens // GUMBEL_BLOCK
+    top, at = _block_max(key, torch.arange(-(-vocab_size // GUMBEL_BLOCK), device=key.device))  # [..., C]
+    top, at = top[..., block], at[..., block]  # [..., V] each token's block maximum and its index
+    u = _to_unit(_mix(key ^ tokens)).mul_(top)
+    return torch.where(tokens % GUMBEL_BLOCK == at, top, u)
+
+
+GUMBEL_BLOCK = 32  # token ids per block of the Gumbel uniforms
+_SALT_MAX = _signed(0xD1B54A32D192ED03)  # keys the blocks' maxima apart from the tokens' draws
+_SALT_AT = _signed(0x8CB92BA72F3D8DD7)  # keys the index of each block's maximum
+
+
+def _block_max(key: torch.Tensor, block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(M, index)`` of blocks ``block`` (broadcast with ``key``): M = w^(1/L) and index in [0, L).
+
+    Every block has L = GUMBEL_BLOCK ids, the last one too (ids past V are never chosen: p = 0), so a
+    token's uniform does not depend on V."""
+    top = _to_unit(_mix(key ^ _SALT_MAX ^ block)).pow_(1.0 / GUMBEL_BLOCK)
+    at = (_to_unit(_mix(key ^ _SALT_AT ^ block)) * GUMBEL_BLOCK).to(torch.int64)
+    return top, at
+
+
+def gumbel_argmax_reference(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``[n]`` argmax(log p + G) over the whole noise vector: the plain version of :func:`gumbel_argmax`."""
+    return (torch.log(probs.double()) + gumbel_noise(seeds, positions, probs.shape[-1])).argmax(-1)
+
+
+def _argmax_whole(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """argmax(log(u) / p) over whole rows, a few rows at a time so that the temporaries stay in cache."""
+    n, V = probs.shape
+    out = torch.empty(n, dtype=torch.int64, device=probs.device)
+    step = max(1, (1 << 17) // V)
+    for i in range(0, n, step):
+        u = gumbel_uniforms(seeds[i : i + step], positions[i : i + step], V)  # [b, V]
+        out[i : i + step] = u.log_().div_(probs[i : i + step]).argmax(-1)
+    return out
+
+
+def gumbel_argmax(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``[n]`` the Gumbel-max choice argmax(log p + G(seed, position)) for rows ``probs [n, V]``,
+    drawing the noise only for the blocks of tokens that can win.
+
+    With u the uniforms of :func:`gumbel_uniforms`, argmax(log p + G) = argmax(log(u) / p). Every token
+    of a block scores at most ``log(M) / max p`` over the block, so after the exact best score S of the
+    block with the best such bound, only blocks whose bound reaches S are drawn: on SmolLM2's own
+    next-token distributions a few blocks of 32 out of 1,536 (BENCHMARKS.md). Rows where more than a
+    quarter of the blocks remain (flat p) draw the whole vector. Equal to
+    :func:`gumbel_argmax_reference` (tests compare them).
+    """
+    n, V = probs.shape
+    key = _key(seeds, positions, STREAM_GUMBEL)  # [n]
+    C = -(-V // GUMBEL_BLOCK)
+    full = V // GUMBEL_BLOCK * GUMBEL_BLOCK
+    pmax = probs[:, :full].reshape(n, -1, GUMBEL_BLOCK).amax(-1)  # [n, V // L]
+    if full < V:
+        pmax = torch.cat([pmax, probs[:, full:].amax(-1, keepdim=True)], 1)  # [n, C]
+    blocks = torch.arange(C, device=probs.device)
+    top, _ = _block_max(key[:, None], blocks)  # [n, C]
+    bound = torch.log(top) / pmax.double()  # [n, C]; -inf for blocks without mass
+    first = bound.argmax(-1)  # [n]
+    rows = torch.arange(n, device=probs.device)
+    best, token = _block_best(probs, key, rows, first)  # [n], [n]
+    more = bound >= best[:, None]
+    more[rows, first] = False
+    # Rows where many blocks may still win (flat p) draw the whole vector: cheaper than gathering.
+    flat = more.sum(-1) > C // 4
+    if bool(flat.any()):
+        f = flat.nonzero().squeeze(1)
+        token[f] = _argmax_whole(probs[f], seeds[f], positions[f])
+        more[f] = False
+    if bool(more.any()):
+        r, b = more.nonzero(as_tuple=True)
+        score, tok = _block_best(probs, key, r, b)
+        # per row, the best among its extra blocks (ties: the lowest token id, as argmax)
+        top_score = torch.full((n,), -math.inf, dtype=torch.float64, device=probs.device)
+        top_score.scatter_reduce_(0, r, score, "amax")
+        win = score == top_score[r]
+        top_tok = torch.full((n,), V, dtype=torch.int64, device=probs.device)
+        top_tok.scatter_reduce_(0, r[win], tok[win], "amin")
+        take = (top_score > best) | ((top_score == best) & (top_tok < token))
+        token = torch.where(take, top_tok, token)
+    return token
+
+
+def _block_best(probs: torch.Tensor, key: torch.Tensor, rows: torch.Tensor, blocks: torch.Tensor):
+    """Exact best score log(u)/p and its token within block ``blocks[i]`` of row ``rows[i]``."""
+    V = probs.shape[-1]
+    idx = blocks[:, None] * GUMBEL_BLOCK + torch.arange(GUMBEL_BLOCK, device=probs.device)  # [m, L]
+    valid = idx < V
+    idx = idx.clamp(max=V - 1)
+    p = probs[rows[:, None], idx].double()  # [m, L]
+    k = key[rows][:, None]  # [m, 1]
+    top, at = _block_max(k, blocks[:, None])  # [m, 1]
+    u = torch.where(idx % GUMBEL_BLOCK == at, top, _to_unit(_mix(k ^ idx)) * top)  # [m, L]
+    score = (torch.log(u) / p).masked_fill_(~valid | (p <= 0), -math.inf)
+    best = score.argmax(-1)  # the first maximum: the lowest id on ties
+    return score.gather(1, best[:, None]).squeeze(1), idx.gather(1, best[:, None]).squeeze(1)
 
 
 def sample(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
@@ -194,6 +309,10 @@ class Draws:
     def gumbel(self, seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Float64 Gumbel noise ``[*broadcast(seeds, positions), V]``."""
         return gumbel_noise(seeds, positions, vocab_size)
+
+    def gumbel_argmax(self, probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``[n]`` argmax(log p + G) for rows ``probs [n, V]``, ``seeds [n]``, ``positions [n]``."""
+        return gumbel_argmax(probs, seeds, positions)
 
 
 #: The counter-based draws every caller gets unless it passes others.

@@ -22,8 +22,8 @@ distributions q_1..q_K:
 
 Cost: the exact and greedy rules read only gathered entries of p and q plus one [B, V] slot per
 row (the residual/bonus slot), so on the CPU they are cheaper than reading p and q once;
-validation reads p and q twice more (sum and min per row). "gumbel" hashes V noise values per
-(row, slot), computed slot by slot for the rows still accepting only.
+validation reads p and q twice more (sum and min per row). "gumbel" draws noise only for the blocks of
+tokens that can win, slot by slot for the rows still accepting only.
 
 The plain per-row float64 reference that the tests compare this against is
 :func:`verispec.certify.reference_verify`.
@@ -183,7 +183,7 @@ def gumbel_argmax(logprobs: torch.Tensor, seeds: torch.Tensor, positions: torch.
         logprobs: ``[B, K, V]`` log-probabilities (``-inf`` for excluded tokens).
         seeds: ``[B]`` int64 request seeds.
         positions: ``[B]`` absolute position of slot 0; slot i uses the noise of ``positions + i``.
-        draws: the noise source (default: counter-based).
+        draws: the noise source (default: counter-based, see :func:`verispec.rng.gumbel_argmax`).
 
     Returns:
         ``[B, K]`` int64 tokens: an exact sample from ``softmax(logprobs)`` per slot, and the
@@ -194,22 +194,9 @@ def gumbel_argmax(logprobs: torch.Tensor, seeds: torch.Tensor, positions: torch.
     B, K, V = logprobs.shape
     seeds = _as_index_vector(seeds, "seeds", B, logprobs.device)
     positions = _as_index_vector(positions, "positions", B, logprobs.device)
-    slot_positions = positions[:, None] + torch.arange(K, device=logprobs.device)  # [B, K]
-    flat_lp = logprobs.reshape(B * K, V)
     flat_seeds = seeds[:, None].expand(B, K).reshape(-1)
-    flat_pos = slot_positions.reshape(-1)
-    out = torch.empty(B * K, dtype=torch.int64, device=logprobs.device)
-    # The noise is V hashes per (row, slot): work through it in blocks of rows that stay in
-    # cache (the result does not depend on the blocking; every value is elementwise).
-    step = max(1, _GUMBEL_BLOCK // max(V, 1))
-    for start in range(0, B * K, step):
-        rows = slice(start, start + step)
-        noise = draws.gumbel(flat_seeds[rows], flat_pos[rows], V)  # [rows, V] float64
-        out[rows] = noise.add_(flat_lp[rows]).argmax(-1)
-    return out.view(B, K)
-
-
-_GUMBEL_BLOCK = 1 << 16  # noise values per block (512 KiB per int64 or float64 temporary)
+    flat_pos = _slot_positions(positions, K).reshape(-1)
+    return draws.gumbel_argmax(logprobs.reshape(B * K, V).exp(), flat_seeds, flat_pos).view(B, K)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -354,8 +341,9 @@ def _verify_gumbel(
 ) -> Verification:
     """Accept while d_i equals the target's t_i = argmax(log p_i + G(seed, position + i)), then emit t.
 
-    Slot by slot, t_i is computed only for the rows still accepting (the noise costs V hashes
-    per row and slot). A one-hot p_i gives its argmax directly: log p_i + G has one finite entry.
+    Slot by slot, t_i is computed only for the rows still accepting, drawing the noise only for the
+    blocks of tokens that can win (:func:`verispec.rng.gumbel_argmax`). A one-hot p_i gives its
+    argmax directly: log p_i + G has one finite entry.
     """
     B, K1, V = p.shape
     K = K1 - 1
@@ -382,8 +370,7 @@ def _target_token(p_i: torch.Tensor, seeds: torch.Tensor, positions: torch.Tenso
         t[one_hot] = p_i[one_hot].argmax(-1)
     sampled = ~one_hot
     if bool(sampled.any()):
-        lp = torch.log(p_i[sampled])[:, None]  # [m, 1, V]
-        t[sampled] = gumbel_argmax(lp, seeds[sampled], positions[sampled], draws)[:, 0]
+        t[sampled] = draws.gumbel_argmax(p_i[sampled], seeds[sampled], positions[sampled])
     return t
 
 

@@ -69,6 +69,10 @@ class CellDraws(Draws):
         rows, slots = self._cells(seeds, positions, self.noise.shape[1])
         return self.noise[rows, slots]  # [..., V], a fresh tensor (callers add to it in place)
 
+    def gumbel_argmax(self, probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """argmax(log p + G) over this table's whole noise vector (the plain Gumbel-max choice)."""
+        return (torch.log(probs.double()) + self.gumbel(seeds, positions, probs.shape[-1])).argmax(-1)
+
 
 @dataclass(frozen=True)
 class Setup:

@@ -11,8 +11,8 @@ it times ``verify`` with ``validate=True`` and ``validate=False`` against
 
 * the floor: one torch pass that reads what verify is given once (``p.sum() + q.sum()``, or
   ``p.sum()`` without draft_probs), and
-* a naive loop: a straightforward per-row, per-slot Python loop in torch (like vLLM's old
-  reference sampler), with the same counter-based draws.
+* a naive loop: the certifier's per-row, per-slot float64 reference
+  (:func:`verispec.certify.reference_verify`, like vLLM's old reference sampler), with the same draws.
 
 q is a perturbation of p (logits + N(0, 1) noise), so acceptance is moderate, as with a real
 drafter; the "acc" column is the mean number of accepted drafts. Times are medians over repeats,
@@ -38,7 +38,8 @@ import time
 import torch
 
 from verispec import verify
-from verispec.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, sample, uniform
+from verispec.certify.reference import reference_verify
+from verispec.rng import STREAM_DRAFT, sample
 from verispec.verify import gumbel_argmax
 
 MODES = ("exact", "point", "gumbel", "greedy")
@@ -79,36 +80,10 @@ def run_floor(x: dict):
 
 
 def naive_verify(x: dict) -> list[list[int]]:
-    """One row, one slot at a time, the rule of DESIGN.md section 2 written plainly."""
-    p, q, d, seeds, positions = x["p"], x["q"], x["d"], x["seeds"], x["positions"]
-    B, K1, V = p.shape
-    out = []
-    for b in range(B):
-        seed, emitted = seeds[b : b + 1], []
-        for i in range(K1):
-            pos = positions[b : b + 1] + i
-            p_i = p[b, i]
-            if x["method"] == "gumbel":
-                t = int(gumbel_argmax(torch.log(p_i)[None, None], seed, pos)[0, 0])
-                emitted.append(t)
-                if i < K1 - 1 and int(d[b, i]) == t:
-                    continue
-                break
-            if i == K1 - 1:  # bonus
-                emitted.append(int(sample(p_i[None], seed, pos, STREAM_EMIT)[0]))
-                break
-            tok = int(d[b, i])
-            q_i = torch.zeros_like(p_i).index_fill_(0, torch.tensor([tok]), 1.0) if q is None else q[b, i]
-            if float(uniform(seed, pos, STREAM_ACCEPT)) * float(q_i[tok]) < float(p_i[tok]):
-                emitted.append(tok)
-                continue
-            r = (p_i - q_i).clamp_min(0)
-            if float(r.sum()) <= 0:
-                r = p_i
-            emitted.append(int(sample(r[None], seed, pos, STREAM_EMIT)[0]))
-            break
-        out.append(emitted)
-    return out
+    """One row, one slot at a time: the certifier's plain float64 reference (same draws)."""
+    B, K1, _ = x["p"].shape
+    return reference_verify(x["p"], x["q"], x["d"], num_draft=torch.full((B,), K1 - 1), seeds=x["seeds"],
+                            positions=x["positions"], method=x["method"])
 
 
 CLOCK = time.perf_counter  # --clock cpu: time.process_time (this process's CPU time)
@@ -159,12 +134,40 @@ def _call(mode, kind, validate, x):
     return naive_verify(x)
 
 
+def llm_gumbel_rows(repeats: int) -> None:
+    """Gumbel-max choices on the built-in target's own next-token distributions (T = 1), block
+    skipping (:func:`verispec.rng.gumbel_argmax`) against the whole noise vector, per row."""
+    from verispec.bench.workloads import load_workload
+    from verispec.models import load_causal_lm
+    from verispec.rng import _argmax_whole, gumbel_argmax
+
+    lm = load_causal_lm("smollm2-135m")
+    rows = []
+    with torch.no_grad():
+        for prompt in load_workload("code")[:3] + load_workload("chat")[:3]:
+            ids = lm.tokenizer(prompt.text, return_tensors="pt").input_ids[:, :64]
+            rows.append(torch.softmax(lm.model(ids).logits[0].float(), -1))
+    p = torch.cat(rows)  # [n, V]
+    n = p.shape[0]
+    seeds, pos = torch.arange(n), torch.zeros(n, dtype=torch.int64)
+    assert torch.equal(gumbel_argmax(p, seeds, pos), _argmax_whole(p, seeds, pos))
+    entropy = float(-(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean())
+    lazy = statistics.median(timed(lambda: gumbel_argmax(p, seeds, pos)) for _ in range(repeats)) * 1e3
+    whole = statistics.median(timed(lambda: _argmax_whole(p, seeds, pos)) for _ in range(repeats)) * 1e3
+    floor = statistics.median(timed(lambda: p.sum()) for _ in range(repeats)) * 1e3
+    print(f"\nGumbel-max on {n} SmolLM2-135M next-token rows (V={p.shape[1]}, mean top-1 "
+          f"{float(p.amax(-1).mean()):.2f}, entropy {entropy:.2f} nats): block skipping {lazy / n:.3f} ms/row, "
+          f"whole vector {whole / n:.3f} ms/row, reading the row {floor / n:.4f} ms/row")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="B in {1, 64}, K = 8, V = 32000, 3 repeats")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--no-naive", action="store_true", help="skip the naive loop")
+    ap.add_argument("--llm-rows", action="store_true",
+                    help="also time Gumbel-max choices on the built-in target's own distributions (loads it)")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                     help="cpu: process CPU time, steadier than wall time on a shared machine (use with --threads 1)")
     args = ap.parse_args(argv)
@@ -188,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"| {r['B']} | {r['K']} | {r['V']} | {r['mode']} | {r['validate']} | {r['verify_ms']:.2f} | "
                           f"{r['floor_ms']:.2f} | {r['verify_ms'] / r['floor_ms']:.2f} | {naive} | {speed} | "
                           f"{r['acc']:.2f} |", flush=True)
+    if args.llm_rows:
+        llm_gumbel_rows(repeats)
     return 0
 
 

@@ -8,7 +8,7 @@ Three stages, each resumable, all state under one output directory ``out``:
    hold continuations the target generated itself (greedy, and sampled every
    ``sample_every``-th batch) from corpus prompts, labelled with the target's full
    distribution at every position: the target loops and repeats itself along its own output,
-   and a student trained only on human text does not learn to copy (DESIGN.md 6b). Shards are
+   and a student trained only on human text does not learn to copy (docs/design.md section 7). Shards are
    a pure function of (corpus, seed, shard index), so a killed run continues where it stopped
    and ``train`` can be re-run without running the target again.
 2. **Training** (``out/checkpoints/``). A small ``LlamaForCausalLM`` with tied input/output

@@ -6,7 +6,7 @@ No generator state is carried between calls, so
   its own seed and positions);
 * rows with zero drafts consume nothing, reruns are identical, and thread counts do not matter;
 * a draw at a position after the first rejection never influenced anything emitted, so the
-  next iteration may use that position's draws again (DESIGN.md section 3).
+  next iteration may use that position's draws again (docs/design.md section 3).
 
 The mixer is SplitMix64's finaliser, written with int64 torch ops (multiplication wraps
 modulo 2**64, which is what the mixer wants; right shifts are made logical with a mask).

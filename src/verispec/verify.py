@@ -1,4 +1,4 @@
-"""Chain verification of a speculative draft (DESIGN.md section 2), vectorised over batch and slots.
+"""Chain verification of a speculative draft (docs/design.md section 2), vectorised over batch and slots.
 
 For a row with drafts d_1..d_n (n <= K), target distributions p_1..p_{K+1} and draft
 distributions q_1..q_K:

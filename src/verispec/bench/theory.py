@@ -1,6 +1,6 @@
 """Metrics of a speculative run and the Leviathan et al. (2023) speedup model.
 
-Definitions (DESIGN.md section 2), for acceptance rate ``alpha``, draft length ``K``, draft/target
+Definitions (docs/design.md section 8), for acceptance rate ``alpha``, draft length ``K``, draft/target
 cost ratio ``c`` and verify cost ``v(K+1)/v(1)`` (a target pass over K+1 tokens relative to one):
 
 * expected tokens per target pass  ``E = (1 - alpha^(K+1)) / (1 - alpha)``  (``K + 1`` at alpha = 1);

@@ -305,16 +305,17 @@ def test_auto_k_picks_long_drafts_for_a_free_perfect_drafter(tiny_target):
 @pytest.mark.parametrize("method", ["exact", "gumbel"])
 def test_greedy_draw_shortcut_matches_the_random_rules(method):
     """Greedy drafts skip the noise: for a one-hot q both the inverse CDF and Gumbel-max pick its token."""
-    from verispec.drafters import DraftContext, draw_draft
+    from verispec.drafters import sample_draft
     from verispec.rng import STREAM_DRAFT, sample
     from verispec.verify import gumbel_argmax
 
     q = torch.nn.functional.one_hot(torch.tensor([3, 0, 15, 7]), 16).to(torch.float64)  # [B, V]
     seeds, positions = torch.arange(4), torch.tensor([5, 9, 2, 40])
-    ctx = DraftContext([[1]] * 4, GREEDY, seeds, method, 16, torch.float64)
     want = (gumbel_argmax(torch.log(q)[:, None], seeds, positions)[:, 0] if method == "gumbel"
             else sample(q, seeds, positions, STREAM_DRAFT))
-    assert draw_draft(q, ctx, positions).tolist() == want.tolist() == [3, 0, 15, 7]
+    d, q_greedy = sample_draft(torch.log(q), GREEDY, method, seeds, positions)
+    assert d.tolist() == want.tolist() == [3, 0, 15, 7]
+    assert torch.equal(q_greedy, q)
 
 
 GREEDY_DRAFT_CASES = ["sorted-map", "unsorted-map", "no-map", "padded-head", "short-head"]

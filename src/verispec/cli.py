@@ -218,6 +218,8 @@ def _certify_table(console: Console, results: list, quick: bool) -> int:
 
 def _mutant_table(console: Console, mutants: list) -> int:
     """One row per mutant: what it breaks and the first case that caught it; returns survivors."""
+    from .certify import TV_TOLERANCE
+
     table = Table(title="verispec certify --mutants: each wrong verifier must fail the grid")
     for col in ("mutant", "what is wrong", "caught by", "TV", "evidence"):
         table.add_column(col, justify="right" if col == "TV" else "left")
@@ -228,7 +230,7 @@ def _mutant_table(console: Console, mutants: list) -> int:
             survived += 1
             table.add_row(m.mutant.name, m.mutant.what, f"[red]SURVIVED[/] {m.cases_run} cases", "-", "-")
             continue
-        evidence = [f"TV {c.tv:.0e}" if c.tv > certify_tolerance() else "",
+        evidence = [f"TV {c.tv:.0e}" if c.tv > TV_TOLERANCE else "",
                     f"{c.probe_mismatches} probe rows" if c.probe_mismatches else "",
                     f"{c.pathwise_mismatches} pathwise rows" if c.pathwise_mismatches else "",
                     "not constant on a cell" if c.error else ""]
@@ -236,12 +238,6 @@ def _mutant_table(console: Console, mutants: list) -> int:
                       "inf" if c.error else f"{c.tv:.1e}", ", ".join(e for e in evidence if e))
     console.print(table)
     return survived
-
-
-def certify_tolerance() -> float:
-    from .certify import TV_TOLERANCE
-
-    return TV_TOLERANCE
 
 
 def _span(values) -> str:

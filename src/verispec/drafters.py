@@ -28,7 +28,7 @@ from .runner import KVRunner, left_pad
 from .sampling import SamplingParams, logits_to_probs
 
 __all__ = ["Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter", "EagleDrafter", "DraftContext",
-           "agreement", "to_target_vocab", "greedy_draft", "draw_draft", "sample_draft", "make_drafter", "load_drafter",
+           "agreement", "to_target_vocab", "greedy_draft", "sample_draft", "make_drafter", "load_drafter",
            "eagle_head_dir", "DEFAULT_DRAFTERS", "default_drafter"]
 
 
@@ -104,12 +104,6 @@ class Drafter(Protocol):
         ``update(emitted, features=...)``: per row, the target's final hidden states
         ``[len(emitted[b]), H]`` at the positions just before each emitted token.
         """
-
-
-def draw_draft(q: torch.Tensor, ctx: DraftContext, positions: torch.Tensor) -> torch.Tensor:
-    """The draft token of each row from ``q [B, V]`` at absolute ``positions [B]``: inverse CDF on
-    the draft stream ("exact"), or argmax(log q + G) with the verifier's shared noise ("gumbel")."""
-    return _draw_from(q, ctx.sampling, ctx.method, ctx.seeds, positions, COUNTER)
 
 
 def sample_draft(logits: torch.Tensor, params: SamplingParams, method: str, seeds: torch.Tensor,

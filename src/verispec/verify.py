@@ -21,9 +21,9 @@ distributions q_1..q_K:
   "gumbel" takes the argmax directly for one-hot slots (log p + G has a single finite entry).
 
 Cost: the exact and greedy rules read only gathered entries of p and q plus one [B, V] slot per
-row (the residual/bonus slot), so on the CPU they are cheaper than reading p and q once;
-validation reads p and q twice more (sum and min per row). "gumbel" draws noise only for the blocks of
-tokens that can win, slot by slot for the rows still accepting only.
+row (the residual/bonus slot); validation reads the rows the rules read, i.e. each row's slots up
+to its emitting one (docs/design.md section 6). "gumbel" draws noise only for the blocks of tokens
+that can win, slot by slot for the rows still accepting only.
 
 The plain per-row float64 reference that the tests compare this against is
 :func:`verispec.certify.reference_verify`.
@@ -94,8 +94,10 @@ def verify(
         greedy: which rows have one-hot p (temperature 0) and take the greedy fast path: a bool
             for the whole batch or a ``[B]`` bool tensor. ``None`` detects them (one read of p).
             Validated (each such row must be one-hot at its used slots) when ``validate``.
-        validate: check every input (shapes, ids, rows summing to 1 without negative, NaN or inf
-            entries). Turn off only for inputs that come straight from
+        validate: check every value the rules read: shapes, ids, p and q at the drafted tokens,
+            and every row of p up to each row's emitting slot (of q, before it) for NaN, inf,
+            negative entries and a sum of 1; rows past the emitting slot cannot change the output
+            and are not read. Turn off only for inputs that come straight from
             :func:`verispec.logits_to_probs`.
         draws: where the random draws come from; the default is the counter-based generator
             keyed by (seed, position, stream). Certification passes its own (see
@@ -151,7 +153,7 @@ def _greedy_rows(p: torch.Tensor, greedy: bool | torch.Tensor | None) -> torch.T
     """``[B]`` bool: the rows that take the greedy fast path (detected: one-hot at every slot)."""
     B = p.shape[0]
     if greedy is None:
-        return _is_one_hot(p).all(-1)  # [B]; slots past a row's drafts hold ones too in practice
+        return _is_one_hot(p).all(-1)  # [B]; a row with other values past its drafts takes the exact rule
     if isinstance(greedy, bool):
         return torch.full((B,), greedy, dtype=torch.bool, device=p.device)
     if isinstance(greedy, torch.Tensor) and greedy.dtype == torch.bool and tuple(greedy.shape) == (B,):
@@ -390,8 +392,8 @@ def _assemble(d: torch.Tensor, num_accepted: torch.Tensor, x: torch.Tensor, num_
 
 
 # ----------------------------------------------------------------------------------------------
-# Input validation: clear errors naming the argument, at the cost of two reductions over p and q
-# (sum and min per row).
+# Input validation: clear errors naming the argument; the rows are checked after the rules ran,
+# only those the rules read.
 
 
 def _check_shapes(

@@ -107,7 +107,7 @@ def setup_for(case: CertCase) -> Setup:
 
 
 def _point_draft(V: int, seed: int, ctx: Context) -> int:
-    return random.Random(hash((seed, "point", ctx))).randrange(V)
+    return random.Random(f"point {seed} {ctx}").randrange(V)
 
 
 def run_case(case: CertCase) -> CertResult:

@@ -43,7 +43,7 @@ class TableModel:
 
 @functools.lru_cache(maxsize=1_000_000)
 def _table_row(m: TableModel, ctx: Context) -> Dist:
-    rnd = random.Random(hash((m.seed, m.kind, ctx)))
+    rnd = random.Random(f"{m.seed} {m.kind} {ctx}")  # a string seed: the same tables in every process
     V = m.vocab
     if m.kind in ("copy", "near", "below"):
         assert m.base is not None

@@ -69,6 +69,20 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return z ^ _shr(z, 31)
 
 
+def _mix_unit_(z: torch.Tensor) -> torch.Tensor:
+    """``_to_unit(_mix(z))`` computed in place in ``z`` (and one temporary), for large tensors:
+    the same bits, without a fresh allocation per operation."""
+    t = torch.empty_like(z)
+    z.add_(_GAMMA)
+    for shift, mult in ((30, _M1), (27, _M2), (31, None)):
+        torch.bitwise_right_shift(z, shift, out=t).bitwise_and_((1 << (64 - shift)) - 1)
+        z.bitwise_xor_(t)
+        if mult is not None:
+            z.mul_(mult)
+    torch.bitwise_right_shift(z, 12, out=t).bitwise_and_((1 << 52) - 1)
+    return t.to(torch.float64).add_(0.5).mul_(2.0**-52)
+
+
 def _key(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
     seeds = torch.as_tensor(seeds, dtype=torch.int64)
     positions = torch.as_tensor(positions, dtype=torch.int64, device=seeds.device)
@@ -116,12 +130,12 @@ def gumbel_uniforms(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: in
     depend on V.
     """
     key = _key(seeds, positions, STREAM_GUMBEL).unsqueeze(-1)  # [..., 1]
-    tokens = torch.arange(vocab_size, dtype=torch.int64, device=key.device)  # [V]
-    block = tokens // GUMBEL_BLOCK
-    top, at = _block_max(key, torch.arange(-(-vocab_size // GUMBEL_BLOCK), device=key.device))  # [..., C]
-    top, at = top[..., block], at[..., block]  # [..., V] each token's block maximum and its index
-    u = _to_unit(_mix(key ^ tokens)).mul_(top)
-    return torch.where(tokens % GUMBEL_BLOCK == at, top, u)
+    C = -(-vocab_size // GUMBEL_BLOCK)
+    tokens = torch.arange(C * GUMBEL_BLOCK, dtype=torch.int64, device=key.device)  # [C * L], past V too
+    top, at = _block_max(key, torch.arange(C, device=key.device))  # [..., C]
+    u = _mix_unit_(key ^ tokens).unflatten(-1, (C, GUMBEL_BLOCK)).mul_(top[..., None])  # [..., C, L]
+    u.scatter_(-1, at[..., None], top[..., None])  # each block's maximum at its index
+    return u.flatten(-2)[..., :vocab_size]
 
 
 GUMBEL_BLOCK = 32  # token ids per block of the Gumbel uniforms
@@ -148,10 +162,10 @@ def _argmax_whole(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Ten
     """argmax(log(u) / p) over whole rows, a few rows at a time so that the temporaries stay in cache."""
     n, V = probs.shape
     out = torch.empty(n, dtype=torch.int64, device=probs.device)
-    step = max(1, (1 << 17) // V)
+    step = max(1, (1 << 18) // V)
     for i in range(0, n, step):
         u = gumbel_uniforms(seeds[i : i + step], positions[i : i + step], V)  # [b, V]
-        out[i : i + step] = u.log_().div_(probs[i : i + step]).argmax(-1)
+        out[i : i + step] = u.log_().div_(probs[i : i + step].double()).argmax(-1)
     return out
 
 
@@ -244,7 +258,7 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return inverse_cdf_reference(probs, u)
     x = probs.reshape(-1, V)  # [n, V]
     x = x if x.dtype == torch.float64 else x.double()
-    n, C = x.shape[0], -(-V // _CHUNK)
+    n = x.shape[0]
     full = V // _CHUNK * _CHUNK
     sums = x[:, :full].view(n, -1, _CHUNK).sum(-1)  # [n, V // L] float64 chunk masses
     if full < V:

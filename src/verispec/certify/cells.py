@@ -364,14 +364,13 @@ def _exact_rows(s: Setup, contexts: list[Context], br: _Branches):
     cdf_lo = cdf_hi - width
     a_r = a[branch]  # [R, K]
     tables = []
-    for point in (0.5, DELTA, 1 - DELTA):
-        ignore = {0.5: 0.5, DELTA: DELTA, 1 - DELTA: 1 - DELTA}[point]
-        acc = torch.full((R, K + 2), ignore, dtype=torch.float64)
-        sl = torch.arange(K)[None]
+    sl = torch.arange(K)[None]
+    for point in (0.5, DELTA, 1 - DELTA):  # mid, low and high probe; draws the rule must ignore get the
+        acc = torch.full((R, K + 2), point, dtype=torch.float64)  # same point, far apart between probes
         accept_pt = a_r * point  # inside [0, a)
         reject_pt = a_r + (1 - a_r) * point  # inside [a, 1)
-        acc[:, :K] = torch.where(sl < j[:, None], accept_pt, torch.where(sl == j[:, None], reject_pt, ignore))
-        em = torch.full((R, K + 2), ignore, dtype=torch.float64)
+        acc[:, :K] = torch.where(sl < j[:, None], accept_pt, torch.where(sl == j[:, None], reject_pt, point))
+        em = torch.full((R, K + 2), point, dtype=torch.float64)
         em[torch.arange(R), j] = cdf_lo + point * width
         tables.append(({STREAM_ACCEPT: acc, STREAM_EMIT: em}, None))
     return branch, weight, tables

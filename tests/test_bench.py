@@ -661,7 +661,7 @@ def test_report_says_when_verify_costs_are_not_monotone() -> None:
     assert th["verify_non_monotone"] == [{"width": 3, "ms": pytest.approx(37.4), "narrower_width": 1,
                                           "narrower_ms": pytest.approx(197.0)}]
     assert th["verify_ratio_used"] == {1: 1.0, 3: 1.0}
-    for name, d in th["drafters"].items():
+    for d in th["drafters"].values():
         assert d["optimal_predicted_speedup"] <= d["optimal_k"] + 1
     spec = rep["configs"][1]
     assert spec["predicted_speedup"] <= 3.0  # at most 2 drafts per pass here

@@ -188,11 +188,11 @@ def gumbel_argmax(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Ten
     if full < V:
         pmax = torch.cat([pmax, probs[:, full:].amax(-1, keepdim=True)], 1)  # [n, C]
     blocks = torch.arange(C, device=probs.device)
-    top, _ = _block_max(key[:, None], blocks)  # [n, C]
+    top, at = _block_max(key[:, None], blocks)  # [n, C]
     bound = torch.log(top) / pmax.double()  # [n, C]; -inf for blocks without mass
     first = bound.argmax(-1)  # [n]
     rows = torch.arange(n, device=probs.device)
-    best, token = _block_best(probs, key, rows, first)  # [n], [n]
+    best, token = _block_best(probs, key, top, at, rows, first)  # [n], [n]
     more = bound >= best[:, None]
     more[rows, first] = False
     # Rows where many blocks may still win (flat p) draw the whole vector: cheaper than gathering.
@@ -203,7 +203,7 @@ def gumbel_argmax(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Ten
         more[f] = False
     if bool(more.any()):
         r, b = more.nonzero(as_tuple=True)
-        score, tok = _block_best(probs, key, r, b)
+        score, tok = _block_best(probs, key, top, at, r, b)
         # per row, the best among its extra blocks (ties: the lowest token id, as argmax)
         top_score = torch.full((n,), -math.inf, dtype=torch.float64, device=probs.device)
         top_score.scatter_reduce_(0, r, score, "amax")
@@ -215,16 +215,17 @@ def gumbel_argmax(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Ten
     return token
 
 
-def _block_best(probs: torch.Tensor, key: torch.Tensor, rows: torch.Tensor, blocks: torch.Tensor):
-    """Exact best score log(u)/p and its token within block ``blocks[i]`` of row ``rows[i]``."""
+def _block_best(probs: torch.Tensor, key: torch.Tensor, top: torch.Tensor, at: torch.Tensor, rows: torch.Tensor,
+                blocks: torch.Tensor):
+    """Exact best score log(u)/p and its token within block ``blocks[i]`` of row ``rows[i]``, given the
+    blocks' maxima ``top`` and their indices ``at`` (``[n, C]``)."""
     V = probs.shape[-1]
     idx = blocks[:, None] * GUMBEL_BLOCK + torch.arange(GUMBEL_BLOCK, device=probs.device)  # [m, L]
     valid = idx < V
     idx = idx.clamp(max=V - 1)
     p = probs[rows[:, None], idx].double()  # [m, L]
-    k = key[rows][:, None]  # [m, 1]
-    top, at = _block_max(k, blocks[:, None])  # [m, 1]
-    u = torch.where(idx % GUMBEL_BLOCK == at, top, _to_unit(_mix(k ^ idx)) * top)  # [m, L]
+    top, at = top[rows, blocks][:, None], at[rows, blocks][:, None]  # [m, 1]
+    u = torch.where(idx % GUMBEL_BLOCK == at, top, _to_unit(_mix(key[rows][:, None] ^ idx)) * top)  # [m, L]
     score = (torch.log(u) / p).masked_fill_(~valid | (p <= 0), -math.inf)
     best = score.argmax(-1)  # the first maximum: the lowest id on ties
     return score.gather(1, best[:, None]).squeeze(1), idx.gather(1, best[:, None]).squeeze(1)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -187,8 +186,7 @@ def _one_pass(s: Setup, contexts: list[Context]) -> tuple[list[dict[Context, flo
     for b, t in enumerate(br.tokens):
         D[b, : len(t)] = torch.tensor(t, dtype=torch.int64)
 
-    rows = _gumbel_rows(s, contexts, br) if s.method == "gumbel" else _exact_rows(s, contexts, br)
-    branch, weight, tables = rows
+    branch, weight, tables = (_gumbel_rows if s.method == "gumbel" else _exact_rows)(s, contexts, br)
     br_weight = torch.tensor(br.weight, dtype=torch.float64)
     outs = []
     for probe, (uniforms, noise) in zip(PROBES, tables):
@@ -205,7 +203,7 @@ def _one_pass(s: Setup, contexts: list[Context]) -> tuple[list[dict[Context, flo
     probed = br_weight[branch] * weight >= PROBE_FLOOR
     mismatches = int((probed & ((outs[0] != outs[1]).any(1) | (outs[0] != outs[2]).any(1))).sum())
     laws: list[dict[Context, float]] = [{} for _ in contexts]
-    for r, (b, w, toks) in enumerate(zip(branch.tolist(), weight.tolist(), outs[0].tolist())):
+    for b, w, toks in zip(branch.tolist(), weight.tolist(), outs[0].tolist()):
         block = tuple(t for t in toks if t >= 0)
         law = laws[br.ctx[b]]
         law[block] = law.get(block, 0.0) + br.weight[b] * w
@@ -239,8 +237,7 @@ def _draft_branches(s: Setup, contexts: list[Context]) -> _Branches:
             # Gumbel drafts are tokens and the output does not depend on them: one draft per context
             # (the draft table's most likely token), with every target token enumerated against it,
             # covers every accept/stop path of the verifier.
-            new = [(b, max(range(s.vocab), key=lambda x, q=s.q_ref(c): (q[x], -x)), 1.0, None)
-                   for b, c in zip(grow, ctxs)]
+            new = [(b, _top_token(s.q_ref(c)), 1.0, None) for b, c in zip(grow, ctxs)]
         elif shipped:
             new = _sampled_drafts(s, grow, ctxs, i)
         else:  # raw tables: every token, weighted by q
@@ -263,6 +260,11 @@ def _draft_branches(s: Setup, contexts: list[Context]) -> _Branches:
     return br
 
 
+def _top_token(q: tuple[float, ...]) -> int:
+    """The most likely token of ``q`` (the lowest id on ties)."""
+    return max(range(len(q)), key=lambda x: (q[x], -x))
+
+
 def _sampled_drafts(s: Setup, grow: list[int], ctxs: list[Context], slot: int) -> list[tuple]:
     """The shipped drafter step (:func:`verispec.drafters.sample_draft`) run inside every cell of its
     draft uniform: ``(branch, token, cell probability, reported q)`` per cell. Greedy drafts are one
@@ -273,26 +275,22 @@ def _sampled_drafts(s: Setup, grow: list[int], ctxs: list[Context], slot: int) -
         d, _ = drafters.sample_draft(logits, s.params, "exact", torch.arange(len(ctxs)),
                                      torch.full((len(ctxs),), POS0 + slot))
         return [(b, x, 1.0, None) for b, x in zip(grow, d.tolist())]
-    owner, weight, mid = [], [], []
+    owner, lows, weight = [], [], []  # per cell of q: its context, where it starts, its width
     for j, c in enumerate(ctxs):
-        q = s.q_ref(c)
         lo = 0.0
-        for qx in q:
+        for qx in s.q_ref(c):
             if qx > 0:
-                owner.append(j)
-                weight.append(qx)
-                mid.append((lo, qx))
+                owner.append(j), lows.append(lo), weight.append(qx)
             lo += qx
     rows = torch.tensor(owner)
-    lows = torch.tensor([a for a, _ in mid], dtype=torch.float64)
-    widths = torch.tensor([w for _, w in mid], dtype=torch.float64)
+    widths = torch.tensor(weight, dtype=torch.float64)
     tokens = []
     for point in (0.5, DELTA, 1 - DELTA):
         table = torch.full((len(owner), s.k + 2), 0.5, dtype=torch.float64)
-        table[:, slot] = lows + point * widths
+        table[:, slot] = torch.tensor(lows, dtype=torch.float64) + point * widths
         d, q = drafters.sample_draft(logits[rows], s.params, "exact", torch.arange(len(owner)),
                                      torch.full((len(owner),), POS0 + slot), CellDraws({STREAM_DRAFT: table}))
-        tokens.append(d)
+        tokens.append(d)  # q, the reported distribution, does not depend on the draws
     # The drafter's token must be constant on each of its cells, like the verifier's output (cells
     # narrower than PROBE_FLOOR are evaluated at their midpoint only: rounding can move their ends).
     probed = widths >= PROBE_FLOOR

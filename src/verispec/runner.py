@@ -11,6 +11,12 @@ row there are never holes, the mask is plain causal and HF takes its fast path.
 
 Positions are explicit (``position_ids``), so a row's RoPE positions are exactly those it
 would have alone: a row alone and the same row in a batch see the same keys and positions.
+
+A pass may feed a *tree* per row (``parents``): each new token sits at position
+``length + depth`` and sees the row's real columns plus its ancestors among the new ones
+(a 4-D mask; a chain needs none). :meth:`commit` then keeps one path and turns the other
+new columns into holes. Rows join (:meth:`extend`) and leave (:meth:`select`) between passes,
+which is what continuous batching needs.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ class KVRunner:
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, live: torch.Tensor | None = None, logits_to_keep: int = 0,
-                *, return_hidden: bool = False, **model_kwargs
+                *, parents: torch.Tensor | None = None, return_hidden: bool = False, **model_kwargs
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Append ``tokens [B, T]`` to every row and return logits ``[B, T', V]``.
 
@@ -60,19 +66,32 @@ class KVRunner:
                 left-padded with placeholders); default all True. Live columns of a row get
                 consecutive positions after the row's current length.
             logits_to_keep: if > 0, only the last ``logits_to_keep`` columns' logits.
+            parents: ``[B, T]`` int64, a tree per row: new column t hangs under new column
+                ``parents[b, t] < t``, or under the row's cached context when ``-1``. Column t
+                then sits at position ``length + depth(t) - 1`` and attends to the context and
+                its ancestors only. ``None`` is a chain (the common case; no mask is built for
+                it). Not combined with ``live``.
             return_hidden: also return the final hidden states ``[B, T, H]`` (what the output
                 head reads), as ``(logits, hidden)``. Models may define ``forward_hidden``
                 (see :mod:`verispec.eagle`); HF models run ``base_model`` then the head.
             model_kwargs: extra inputs for the model (an EAGLE head's ``features``).
         """
         B, T = tokens.shape
+        if parents is not None and live is not None:
+            raise ValueError("forward takes live (ragged chains) or parents (trees), not both")
+        tree = None if parents is None else _ancestors(parents.to(tokens.device))  # [B, T, T]
         if live is None:
             live = torch.ones(B, T, dtype=torch.bool, device=tokens.device)
-        offsets = torch.cumsum(live, dim=1) - live.long()  # [B, T] live columns before each
+        if tree is None:
+            offsets = torch.cumsum(live, dim=1) - live.long()  # [B, T] live columns before each
+        else:
+            offsets = tree.sum(-1) - 1  # [B, T] depth - 1: the ancestors before each column
         positions = self.lengths[:, None] + offsets  # [B, T]
         new_pos = torch.where(live, positions, -1)
         col_pos = torch.cat([self.col_pos, new_pos], dim=1)  # [B, L+T]
-        mask = None if bool((col_pos >= 0).all()) else self._mask(col_pos, T)
+        mask = None
+        if tree is not None or not bool((col_pos >= 0).all()):
+            mask = self._mask(col_pos, T, tree)
         kw = dict(attention_mask=mask, position_ids=positions, cache=self.cache, use_cache=True, **model_kwargs)
         forward_hidden = getattr(self.model, "forward_hidden", None)
         if forward_hidden is not None:
@@ -85,17 +104,20 @@ class KVRunner:
         else:
             result = self.model(input_ids=tokens, logits_to_keep=logits_to_keep, **kw).logits
         self.col_pos = col_pos
-        self.lengths = self.lengths + live.sum(1)
+        self.lengths = self.lengths + (live.sum(1) if tree is None else offsets.amax(1) + 1)
         return result
 
-    def _mask(self, col_pos: torch.Tensor, T: int) -> torch.Tensor:
-        """Additive 4D mask ``[B, 1, T, L+T]``: real, causal (by column) columns of the row, plus self."""
+    def _mask(self, col_pos: torch.Tensor, T: int, tree: torch.Tensor | None = None) -> torch.Tensor:
+        """Additive 4D mask ``[B, 1, T, L+T]``: real, causal (by column) columns of the row, plus
+        self; among the T new columns, only ancestors when ``tree [B, T, T]`` is given."""
         L_total = col_pos.shape[1]
         L = L_total - T
         cols = torch.arange(L_total, device=col_pos.device)
         q_cols = torch.arange(L, L_total, device=col_pos.device)
         causal = cols[None, :] <= q_cols[:, None]  # [T, L+T]
         allowed = (col_pos[:, None, :] >= 0) & causal[None]  # [B, T, L+T]
+        if tree is not None:
+            allowed[:, :, L:] &= tree
         allowed |= cols[None, None, :] == q_cols[None, :, None]  # a query always sees itself
         dtype = self.model.dtype
         mask = torch.zeros(allowed.shape, dtype=dtype, device=col_pos.device)
@@ -106,7 +128,20 @@ class KVRunner:
         """Roll row b back to its first ``new_lengths[b]`` real tokens (never forward)."""
         self.col_pos = torch.where(self.col_pos < new_lengths[:, None], self.col_pos, -1)
         self.lengths = torch.minimum(self.lengths, new_lengths)
-        # Crop columns that are holes in every row off the end of the cache.
+        self._crop_tail()
+
+    def commit(self, kept: torch.Tensor) -> None:
+        """Keep, of the last pass's ``T`` new columns, those where ``kept [B, T]`` (a root-to-node
+        path of that pass's tree, or a prefix of a chain); the others become holes."""
+        T = kept.shape[1]
+        L = self.col_pos.shape[1] - T
+        new = torch.where(kept.to(self.col_pos.device), self.col_pos[:, L:], -1)
+        self.col_pos = torch.cat([self.col_pos[:, :L], new], dim=1)
+        self.lengths = self.col_pos.amax(1, keepdim=False).clamp_min(-1) + 1 if L + T else self.lengths
+        self._crop_tail()
+
+    def _crop_tail(self) -> None:
+        """Crop columns that are holes in every row off the end of the cache."""
         real = (self.col_pos >= 0).any(0)  # [L]
         keep = int(real.nonzero().max()) + 1 if bool(real.any()) else 0
         drop = self.col_pos.shape[1] - keep
@@ -114,7 +149,68 @@ class KVRunner:
             self.cache.crop(-drop)  # transformers 5.24: a negative count removes that many
             self.col_pos = self.col_pos[:, :keep]
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only the rows ``rows`` (int64 ``[n]``, in that order): finished and cancelled rows
+        leave the batch. Columns that are then holes in every row are dropped."""
+        rows = rows.to(self.col_pos.device)
+        self.col_pos, self.lengths = self.col_pos[rows], self.lengths[rows]
+        cols = (self.col_pos >= 0).any(0).nonzero().squeeze(1)  # [L'] columns some row still uses
+        for layer in self.cache.layers:
+            if _held(layer.keys) is not None:
+                layer.keys = layer.keys[rows][:, :, cols]
+                layer.values = layer.values[rows][:, :, cols]
+        self.col_pos = self.col_pos[:, cols]
+
+    def extend(self, other: KVRunner) -> None:
+        """Append ``other``'s rows (a runner over the same model, e.g. new requests prefilled
+        on their own) after this one's. The shorter side is padded with hole columns."""
+        B, Bo = len(self.lengths), len(other.lengths)
+        L, Lo = self.num_columns, other.num_columns
+        W = max(L, Lo)
+        if len(self.cache.layers) != len(other.cache.layers):
+            raise ValueError("extend: the two runners' caches have different layers (another model?)")
+        for a, b in zip(self.cache.layers, other.cache.layers):
+            for name in ("keys", "values"):
+                x, y = _held(getattr(a, name)), _held(getattr(b, name))
+                if x is None and y is None:
+                    continue
+                ref = x if x is not None else y
+                setattr(a, name, torch.cat([_pad_columns(x, W, B, ref), _pad_columns(y, W, Bo, ref)]))
+            if not a.is_initialized and b.is_initialized:
+                a.device, a.is_initialized = b.device, True
+        hole = torch.full((1, 1), -1, dtype=torch.int64, device=self.col_pos.device)
+        self.col_pos = torch.cat([torch.cat([self.col_pos, hole.expand(B, W - L)], 1),
+                                  torch.cat([other.col_pos.to(hole.device), hole.expand(Bo, W - Lo)], 1)])
+        self.lengths = torch.cat([self.lengths, other.lengths.to(self.lengths.device)])
+
     @property
     def num_columns(self) -> int:
         """Cache columns held (real tokens plus holes)."""
         return self.col_pos.shape[1]
+
+
+def _held(x: torch.Tensor | None) -> torch.Tensor | None:
+    """A cache layer's ``[B, heads, L, head_dim]`` tensor, or None while it holds no column."""
+    return x if x is not None and x.dim() == 4 and x.shape[2] > 0 else None
+
+
+def _ancestors(parents: torch.Tensor) -> torch.Tensor:
+    """``[B, T, T]`` bool, ``[b, t, s]`` = column s is column t or one of its ancestors."""
+    B, T = parents.shape
+    if bool((parents >= torch.arange(T, device=parents.device)).any()) or bool((parents < -1).any()):
+        raise ValueError("parents must point to an earlier column or be -1 (topological order)")
+    anc = torch.eye(T, dtype=torch.bool, device=parents.device).expand(B, T, T).clone()
+    rows = torch.arange(B, device=parents.device)
+    for t in range(T):  # a parent's ancestors are complete before its children's
+        par = parents[:, t]
+        has = par >= 0
+        anc[rows[has], t] |= anc[rows[has], par[has]]
+    return anc
+
+
+def _pad_columns(x: torch.Tensor | None, W: int, B: int, ref: torch.Tensor) -> torch.Tensor:
+    """``x [B, H, L, D]`` padded with zero (hole) columns to ``[B, H, W, D]``; ``None`` (no
+    column yet) becomes ``B`` rows of zeros shaped like ``ref``."""
+    if x is None:
+        return ref.new_zeros(B, ref.shape[1], W, ref.shape[3])
+    return torch.cat([x, x.new_zeros(B, x.shape[1], W - x.shape[2], x.shape[3])], dim=2)

@@ -19,11 +19,12 @@ Filter order (the same as HuggingFace ``generate``):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingParams", "logits_to_probs", "MIN_TEMPERATURE"]
+__all__ = ["SamplingParams", "RowParams", "logits_to_probs", "MIN_TEMPERATURE"]
 
 #: The smallest non-zero temperature. ``logits / T`` must stay finite in float32 (max ~3.4e38):
 #: at T >= 1e-4 that holds for any logit below 3.4e34 in magnitude, far beyond any model's,
@@ -90,8 +91,59 @@ def _check_real(name: str, value: object) -> None:
         raise ValueError(f"{name} must be finite, got {value}")
 
 
-def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+@dataclass(frozen=True)
+class RowParams:
+    """The sampling transform of every row of a batch: :class:`SamplingParams` fields as ``[B]``
+    tensors, so that rows with different temperatures, top-k, top-p and min-p (and greedy rows)
+    go through one vectorised :func:`logits_to_probs`.
+
+    Attributes:
+        temperature: ``[B]`` float64 (0 = greedy).
+        top_k: ``[B]`` int64 (0 = off).
+        top_p: ``[B]`` float64 (1 = off).
+        min_p: ``[B]`` float64 (0 = off).
+    """
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+
+    @classmethod
+    def of(cls, params: Sequence[SamplingParams]) -> RowParams:
+        """One row per entry of ``params`` (already validated by :class:`SamplingParams`)."""
+        f64 = torch.float64
+        return cls(torch.tensor([p.temperature for p in params], dtype=f64),
+                   torch.tensor([p.top_k for p in params], dtype=torch.int64),
+                   torch.tensor([p.top_p for p in params], dtype=f64),
+                   torch.tensor([p.min_p for p in params], dtype=f64))
+
+    def __len__(self) -> int:
+        return self.temperature.shape[0]
+
+    @property
+    def greedy(self) -> torch.Tensor:
+        """``[B]`` bool: rows decoded by argmax (temperature 0)."""
+        return self.temperature == 0
+
+    def rows(self, index: torch.Tensor) -> RowParams:
+        """The rows ``index`` (int64 ``[n]``), in that order."""
+        return RowParams(self.temperature[index], self.top_k[index], self.top_p[index], self.min_p[index])
+
+    def cat(self, other: RowParams) -> RowParams:
+        """These rows, then ``other``'s."""
+        return RowParams(*(torch.cat([a, b]) for a, b in zip(self._fields(), other._fields())))
+
+    def _fields(self) -> tuple[torch.Tensor, ...]:
+        return self.temperature, self.top_k, self.top_p, self.min_p
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams | RowParams) -> torch.Tensor:
     """Turn logits ``[..., V]`` into the sampling distribution ``[..., V]``.
+
+    ``params`` is one transform for every row, or a :class:`RowParams` with one transform per
+    entry of the first dimension (``logits [B, ..., V]``). A row's result depends only on its
+    own logits and transform: the same bits whatever else is in the batch.
 
     The result has the dtype of ``logits`` (float32 or float64 recommended). Entries of
     ``-inf`` are allowed (masked tokens); NaN, ``+inf`` or a row that is entirely ``-inf``
@@ -106,38 +158,83 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
         raise ValueError("logits contain NaN or +inf (a broken model or overflow)")
     if torch.isneginf(logits).all(-1).any():
         raise ValueError("a row of logits is entirely -inf: no token can be sampled")
+    if isinstance(params, SamplingParams):
+        params = RowParams.of([params]) if logits.dim() == 1 else _broadcast(params, logits.shape[0])
+        if logits.dim() == 1:
+            return _transform(logits[None], params)[0]
+    elif logits.dim() < 2 or len(params) != logits.shape[0]:
+        raise ValueError(f"RowParams has {len(params)} rows for logits of shape {tuple(logits.shape)}")
+    return _transform(logits, params)
 
-    if params.greedy:
-        # One-hot on the argmax; torch.argmax returns the first maximum = the lowest id.
-        top = logits.argmax(-1, keepdim=True)
-        return torch.zeros_like(logits).scatter_(-1, top, 1.0)
 
-    x = logits / params.temperature if params.temperature != 1.0 else logits
+def _broadcast(params: SamplingParams, B: int) -> RowParams:
+    one = RowParams.of([params])
+    return one.rows(torch.zeros(B, dtype=torch.int64))
+
+
+def _transform(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
+    """:func:`logits_to_probs` on ``logits [B, ..., V]``: greedy rows one-hot, the others filtered."""
+    greedy = params.greedy
+    if bool(greedy.all()):
+        return _one_hot_argmax(logits)
+    if not bool(greedy.any()):
+        return _filtered(logits, params)
+    g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
+    out = torch.empty_like(logits)
+    out[g] = _one_hot_argmax(logits[g])
+    out[s] = _filtered(logits[s], params.rows(s))
+    return out
+
+
+def _one_hot_argmax(logits: torch.Tensor) -> torch.Tensor:
+    # torch.argmax returns the first maximum = the lowest id.
+    top = logits.argmax(-1, keepdim=True)
+    return torch.zeros_like(logits).scatter_(-1, top, 1.0)
+
+
+def _per_row(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[B]`` values shaped ``[B, 1, ..., 1]`` to broadcast against ``like [B, ..., V]``."""
+    return x.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _filtered(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
+    """Temperature, top-k, top-p, min-p per row (no greedy rows), then the softmax."""
+    t = params.temperature
+    x = logits if bool((t == 1.0).all()) else logits / _per_row(t.to(logits.dtype), logits)
     vocab = x.shape[-1]
-    if 0 < params.top_k < vocab:
-        kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, -math.inf)
-    if params.top_p < 1.0:
-        x = _top_p_filter(x, params.top_p)
+    k = params.top_k
+    k_on = (k > 0) & (k < vocab)  # [B]
+    if bool(k_on.any()):
+        values = torch.topk(x, int(k[k_on].max()), dim=-1).values  # [B, ..., k_max] descending
+        index = _per_row((k - 1).clamp(0, values.shape[-1] - 1), x).expand(*x.shape[:-1], 1)
+        kth = values.gather(-1, index)  # [B, ..., 1] the k-th largest logit of each row
+        x = x.masked_fill((x < kth) & _per_row(k_on, x), -math.inf)
+    p_on = params.top_p < 1.0
+    if bool(p_on.any()):
+        x = _top_p_filter(x, _per_row(params.top_p.to(x.dtype), x), _per_row(p_on, x))
     probs = torch.softmax(x, dim=-1)
-    if params.min_p > 0.0:
-        cutoff = params.min_p * probs.amax(-1, keepdim=True)
-        probs = probs.masked_fill(probs < cutoff, 0.0)
-        probs = probs / probs.sum(-1, keepdim=True)
+    m_on = params.min_p > 0.0
+    if bool(m_on.any()):
+        cutoff = _per_row(params.min_p.to(probs.dtype), probs) * probs.amax(-1, keepdim=True)
+        cut = probs.masked_fill(probs < cutoff, 0.0)
+        probs = torch.where(_per_row(m_on, probs), cut / cut.sum(-1, keepdim=True), probs)
     # NaN anywhere makes its row's sum NaN: one cheap reduction guards every sampler downstream.
-    if not bool(torch.isfinite(probs.sum(-1)).all()):
-        raise ValueError(f"logits / temperature ({params.temperature:g}) overflowed: the probabilities are not "
+    finite = torch.isfinite(probs.sum(-1))
+    if not bool(finite.all()):
+        row = int((~finite).reshape(finite.shape[0], -1).any(-1).nonzero()[0])
+        raise ValueError(f"logits / temperature ({float(t[row]):g}) overflowed: the probabilities are not "
                          f"finite (logits of magnitude up to {float(logits.nan_to_num(0, 0, 0).abs().amax()):.3g})")
     return probs
 
 
-def _top_p_filter(x: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Mask logits outside the nucleus: the smallest prefix (by descending prob) with mass >= top_p."""
+def _top_p_filter(x: torch.Tensor, top_p: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Mask logits outside the nucleus: the smallest prefix (by descending prob) with mass >= top_p,
+    in the rows ``rows`` (``top_p`` and ``rows`` broadcast against ``x``)."""
     sorted_x, order = torch.sort(x, dim=-1, descending=True, stable=True)
     sorted_p = torch.softmax(sorted_x, dim=-1)
     # Mass strictly before each token; a token stays if the mass before it is < top_p,
     # so the most likely token (mass before = 0) always stays.
     mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
-    drop_sorted = mass_before >= top_p
+    drop_sorted = (mass_before >= top_p) & rows
     drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
     return x.masked_fill(drop, -math.inf)

@@ -31,13 +31,15 @@ The plain per-row float64 reference that the tests compare this against is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from .draft import Draft
 from .rng import COUNTER, STREAM_ACCEPT, STREAM_EMIT, Draws, inverse_cdf, random_seeds
 
-__all__ = ["Verification", "verify", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
+__all__ = ["Verification", "verify", "verify_draft", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
 
 METHODS = ("exact", "gumbel")
 
@@ -57,6 +59,9 @@ class Verification:
         num_emitted: ``[B]`` int64 ``num_accepted + 1``.
         accepted: ``[B, K]`` bool, slot i was drafted and accepted (a prefix of each row).
         num_draft: ``[B]`` int64 number of drafted slots per row (the ragged lengths).
+        path: ``[B, K]`` int64 the draft nodes accepted, in order from the root (``-1`` after
+            the last); ``None`` for a chain, where it is ``0..num_accepted-1``
+            (:meth:`accepted_nodes`).
     """
 
     tokens: torch.Tensor
@@ -64,6 +69,28 @@ class Verification:
     num_emitted: torch.Tensor
     accepted: torch.Tensor
     num_draft: torch.Tensor
+    path: torch.Tensor | None = None
+
+    def accepted_nodes(self) -> torch.Tensor:
+        """``[B, K]`` int64 node index of the i-th accepted draft of each row, ``-1`` after."""
+        if self.path is not None:
+            return self.path
+        K = self.accepted.shape[1]
+        return torch.where(self.accepted, torch.arange(K, device=self.accepted.device), -1)
+
+
+def verify_draft(target_probs: torch.Tensor, draft: Draft, **kwargs) -> Verification:
+    """Verify a :class:`~verispec.draft.Draft` (the engine's form: a tree per row).
+
+    ``target_probs [B, N+1, V]``: p after the root (slot 0) and after each node i (slot i + 1).
+    Chains go to :func:`verify` (``kwargs`` as there). Trees need the rules of their
+    ``child_draw`` (docs/design.md section 9), which are not built yet: they raise
+    ``NotImplementedError`` rather than be verified by a chain rule that would not be exact.
+    """
+    if not draft.is_chain:
+        raise NotImplementedError(f"verifying a tree draft (child_draw={draft.child_draw!r}) is not implemented; "
+                                  "only chains are")
+    return verify(target_probs, draft.probs, draft.tokens, num_draft=draft.num_draft, **kwargs)
 
 
 def verify(
@@ -74,7 +101,7 @@ def verify(
     num_draft: torch.Tensor | None = None,
     seeds: torch.Tensor | None = None,
     positions: torch.Tensor | None = None,
-    method: str = "exact",
+    method: str | Sequence[str] = "exact",
     greedy: bool | torch.Tensor | None = None,
     validate: bool = True,
     draws: Draws = COUNTER,
@@ -90,7 +117,8 @@ def verify(
         seeds: ``[B]`` int64 request seeds; default: fresh seeds from torch's global generator.
         positions: ``[B]`` int64 absolute position of draft slot 0 (keys the random draws);
             default 0.
-        method: ``"exact"`` or ``"gumbel"``.
+        method: ``"exact"`` or ``"gumbel"``, or one of them per row (rows of both kinds share
+            the call; each row's output is what its method alone would give).
         greedy: which rows have one-hot p (temperature 0) and take the greedy fast path: a bool
             for the whole batch or a ``[B]`` bool tensor. ``None`` detects them (one read of p).
             Validated (each such row must be one-hot at its used slots) when ``validate``.
@@ -106,8 +134,9 @@ def verify(
     Returns:
         A :class:`Verification`.
     """
-    B, K = _check_shapes(target_probs, draft_probs, draft_tokens, method)
+    B, K = _check_shapes(target_probs, draft_probs, draft_tokens)
     device = target_probs.device
+    gumbel = _gumbel_rows(method, B, device)  # [B] rows verified by the Gumbel rule
     num_draft = _as_index_vector(num_draft, "num_draft", B, device, default=K)
     seeds = random_seeds(B).to(device) if seeds is None else _as_index_vector(seeds, "seeds", B, device)
     positions = _as_index_vector(positions, "positions", B, device, default=0)
@@ -116,24 +145,47 @@ def verify(
     slots = torch.arange(K, device=device)
     drafted = slots < num_draft[:, None]  # [B, K]
     if validate:
-        _check_values(target_probs, draft_probs, draft_tokens, num_draft, positions, drafted, method)
+        _check_values(target_probs, draft_probs, draft_tokens, num_draft, positions, drafted, gumbel)
     # Undrafted slots may hold placeholders such as -1: point them at token 0 for the gathers.
     d = torch.where(drafted, draft_tokens, 0)  # [B, K]
 
-    greedy = torch.zeros(B, dtype=torch.bool, device=device) if method == "gumbel" else _greedy_rows(target_probs, greedy)
-    q = draft_probs if method == "exact" else None
+    # "gumbel" takes one-hot slots' argmax inside, so only exact rows use the greedy fast path
+    greedy = _greedy_rows(target_probs, greedy) & ~gumbel
+    q_drafted = torch.where(gumbel, 0, num_draft)  # q is read for exact rows only
     try:
-        if method == "gumbel":  # one-hot slots already take the argmax inside
-            out = _verify_gumbel(target_probs, d, drafted, num_draft, seeds, positions, draws)
-        else:
-            out = _verify(target_probs, q, d, drafted, num_draft, seeds, positions, draws, greedy)
+        out = _verify_by_method(target_probs, draft_probs, d, drafted, num_draft, seeds, positions, draws, greedy,
+                                gumbel)
     except ValueError:  # a rule met a row it cannot use: name the argument if the input is at fault
         if validate:
-            _check_rows_read(target_probs, q, num_draft, num_draft, greedy)
+            _check_rows_read(target_probs, draft_probs, num_draft, q_drafted, greedy)
         raise
     if validate:  # every row the rules read: each slot up to the emitting one
-        _check_rows_read(target_probs, q, out.num_accepted, num_draft, greedy)
+        _check_rows_read(target_probs, draft_probs, out.num_accepted, q_drafted, greedy)
     return out
+
+
+def _gumbel_rows(method: object, B: int, device: torch.device) -> torch.Tensor:
+    """``[B]`` bool from ``method``: one name for every row, or one per row."""
+    if isinstance(method, str) and method in METHODS:
+        return torch.full((B,), method == "gumbel", dtype=torch.bool, device=device)
+    if isinstance(method, str) or not isinstance(method, Sequence) or len(method) != B \
+            or any(m not in METHODS for m in method):
+        raise ValueError(f"method must be one of {METHODS} or a list of them, one per row (B = {B}), "
+                         f"got {method!r:.80}")
+    return torch.tensor([m == "gumbel" for m in method], dtype=torch.bool, device=device)
+
+
+def _verify_by_method(p, q, d, drafted, num_draft, seeds, positions, draws, greedy, gumbel) -> Verification:
+    """Gumbel rows by the Gumbel rule, the others by :func:`_verify`; merged row by row."""
+    if bool(gumbel.all()):
+        return _verify_gumbel(p, d, drafted, num_draft, seeds, positions, draws)
+    if not bool(gumbel.any()):
+        return _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy)
+    g, e = gumbel.nonzero().squeeze(1), (~gumbel).nonzero().squeeze(1)
+    by_gumbel = _verify_gumbel(p[g], d[g], drafted[g], num_draft[g], seeds[g], positions[g], draws)
+    by_exact = _verify(p[e], None if q is None else q[e], d[e], drafted[e], num_draft[e], seeds[e], positions[e],
+                       draws, greedy[e])
+    return _merge_rows(p.shape[0], (g, by_gumbel), (e, by_exact), num_draft=num_draft)
 
 
 def _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy) -> Verification:
@@ -396,11 +448,7 @@ def _assemble(d: torch.Tensor, num_accepted: torch.Tensor, x: torch.Tensor, num_
 # only those the rules read.
 
 
-def _check_shapes(
-    p: object, q: object, d: object, method: str
-) -> tuple[int, int]:
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+def _check_shapes(p: object, q: object, d: object) -> tuple[int, int]:
     if not isinstance(p, torch.Tensor):
         raise TypeError(f"target_probs must be a torch.Tensor, got {type(p).__name__}")
     if not p.is_floating_point():
@@ -463,7 +511,7 @@ def _check_values(
     num_draft: torch.Tensor,
     positions: torch.Tensor,
     drafted: torch.Tensor,
-    method: str,
+    gumbel: torch.Tensor,
 ) -> None:
     """Before the rules run: ids, lengths, positions, and p and q at the drafted tokens."""
     B, K1, V = p.shape
@@ -479,7 +527,8 @@ def _check_values(
     p_d = p[:, :K].gather(-1, d).squeeze(-1)  # [B, K]
     if bool((drafted & ~((p_d >= 0) & (p_d <= 1 + tol))).any()):
         raise ValueError("target_probs has entries outside [0, 1] (or NaN) at drafted tokens")
-    if q is not None and method == "exact":
+    if q is not None and not bool(gumbel.all()):
+        drafted = drafted & ~gumbel[:, None]  # q is ignored by the Gumbel rule
         q_d = q.gather(-1, d).squeeze(-1)
         if bool((drafted & ~(q_d <= 1 + tol)).any()):
             raise ValueError("draft_probs has entries above 1 (or NaN) at drafted tokens")

@@ -188,18 +188,15 @@ def test_targets_whose_logits_are_not_the_head_of_the_features_are_refused() -> 
 
 def test_drafter_misuse_is_reported(tiny_target) -> None:
     d = EagleDrafter(tiny_eagle(tiny_target))
-    from verispec.drafters import DraftContext
+    from verispec.drafters import DraftAsk
 
-    ctx = DraftContext([[5, 6, 7]], SamplingParams(temperature=0), torch.zeros(1, dtype=torch.int64), "exact", 64,
-                       torch.float64)
     with pytest.raises(RuntimeError, match="bind"):
-        d.start(ctx)
+        d.start([[5, 6, 7]])
     d.bind(tiny_target)
     with pytest.raises(ValueError, match="features"):
-        d.start(ctx)  # no prompt features
-    ctx.features = [torch.zeros(2, tiny_target.model.config.hidden_size, dtype=torch.float64)]
-    d.start(ctx)
-    out = d.propose(torch.tensor([2]))
+        d.start([[5, 6, 7]])  # no prompt features
+    d.start([[5, 6, 7]], [torch.zeros(2, tiny_target.model.config.hidden_size, dtype=torch.float64)])
+    out = d.propose(DraftAsk.of([2], 64, SamplingParams(temperature=0), dtype=torch.float64))
     with pytest.raises(ValueError, match="features"):
         d.update([out.tokens[0].tolist()])
     with pytest.raises(ValueError, match="2 emitted tokens but 1 features"):
@@ -256,7 +253,7 @@ def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
     d = make_drafter(str(tmp_path / "head"))
     assert isinstance(d, EagleDrafter) and d.name == "head"
     h = make_drafter(str(tmp_path / "head") + "+ngram")
-    assert isinstance(h, HybridDrafter) and isinstance(h.model, EagleDrafter) and h.uses_target_features
+    assert isinstance(h, HybridDrafter) and isinstance(h.model, EagleDrafter) and h.reads_target_features
     assert isinstance(make_drafter("eagle"), EagleDrafter)
     # "default": the fastest measured for the built-in target (BENCHMARKS.md), prompt lookup elsewhere
     best = make_drafter("default", target="smollm2-135m")

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from verispec.drafters import DraftContext, HybridDrafter, ModelDrafter, PromptLookupDrafter
-from verispec.engine import SpeculativeDecoder, _KState
+from verispec.drafters import DraftAsk, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from verispec.engine import SpeculativeDecoder
+from verispec.engine.kpolicy import KRows, PassCosts
 from verispec.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0)
@@ -16,8 +17,12 @@ GREEDY = SamplingParams(temperature=0)
 
 def started(prompts, **kw) -> PromptLookupDrafter:
     d = PromptLookupDrafter(**kw)
-    d.start(DraftContext(prompts, GREEDY, torch.zeros(len(prompts), dtype=torch.int64), "exact", 100, torch.float64))
+    d.start(prompts)
     return d
+
+
+def ask(k: list[int]) -> DraftAsk:
+    return DraftAsk.of(k, 100, GREEDY, dtype=torch.float64)
 
 
 def test_match_prefers_the_longest_then_the_most_recent():
@@ -35,7 +40,7 @@ def test_proposal_carries_the_prior_then_learns_from_what_was_emitted():
     context = [1, 2, 3, 4, 5, 6, 7, 1, 2, 3]  # tail "1 2 3" matches: continuation 4 5 6 7 ...
     d = started([context], prior_strength=2.0)
     prior = torch.tensor(PromptLookupDrafter.ACCEPT_PRIOR, dtype=torch.float64)
-    draft = d.propose(torch.tensor([4]))
+    draft = d.propose(ask([4]))
     assert draft.tokens[0].tolist() == [4, 5, 6, 7] and draft.num_draft.tolist() == [4]
     assert draft.probs is None  # point masses
     torch.testing.assert_close(draft.accept_prob[0], prior[2:6])  # match lengths 3, 4, 5, 6 (index m - 1)
@@ -44,47 +49,48 @@ def test_proposal_carries_the_prior_then_learns_from_what_was_emitted():
     want = [(prior[2] * 2 + 1) / 3, (prior[3] * 2 + 1) / 3, (prior[4] * 2 + 0) / 3]  # 2 passes, 1 failure
     assert d.tried[0, 2:5].tolist() == [1, 1, 1] and d.passed[0, 2:5].tolist() == [1, 1, 0]
     assert d.tried[0, 5] == 0  # nothing known about the 4th token: the row stopped before it
-    d.start(DraftContext([context], GREEDY, torch.zeros(1, dtype=torch.int64), "exact", 100, torch.float64))
-    d.propose(torch.tensor([4]))
+    d.start([context])
+    d.propose(ask([4]))
     assert d.tried.sum() == 0  # a new batch starts from the prior
     d2 = started([context], prior_strength=2.0)
-    d2.propose(torch.tensor([4]))
+    d2.propose(ask([4]))
     d2.update([[4, 5, 0]])
     d2.contexts[0][:] = context  # the same match again, to read the updated estimates
-    again = d2.propose(torch.tensor([3])).accept_prob[0]
+    again = d2.propose(ask([3])).accept_prob[0]
     torch.testing.assert_close(again, torch.stack(want).to(torch.float64))
 
 
 def test_no_match_drafts_nothing():
     d = started([[1, 2, 3], [7, 7]])
-    draft = d.propose(torch.tensor([4, 4]))
+    draft = d.propose(ask([4, 4]))
     assert draft.num_draft.tolist() == [0, 1]
     assert math.isnan(draft.accept_prob[0, 0]) and not math.isnan(draft.accept_prob[1, 0])
 
 
-def _policy(costs: dict[int, float]) -> _KState:
-    policy = _KState("auto", 12, 3)
-    policy.verify = dict(costs)
-    return policy
+def _policy(costs: dict[int, float]) -> tuple[KRows, PassCosts]:
+    policy = KRows(12)
+    policy.add(["auto"] * 3)
+    return policy, PassCosts(dict(costs))
 
 
 def test_cut_keeps_the_prefix_with_the_best_expected_rate():
     # width 1 and 2 cost the same, every further slot +50%: only a near-certain token pays.
-    policy = _policy({1: 1.0, 2: 1.0, 3: 1.5, 4: 2.0, 5: 2.5})
+    policy, costs = _policy({1: 1.0, 2: 1.0, 3: 1.5, 4: 2.0, 5: 2.5})
     a = torch.tensor([[0.9, 0.99, 0.99, 0.99], [0.3, 0.3, 0.3, 0.3], [0.9, 0.1, float("nan"), 0.5]], dtype=torch.float64)
-    n, cut = policy.cut(torch.tensor([4, 4, 2]), a)
+    n, cut = policy.cut(torch.tensor([4, 4, 2]), a, costs)
     # row 0: E = 1, 1.9, 2.78, 3.65, 4.51 over costs 1, 1, 1.5, 2, 2.5 -> K = 1 (1.9 per unit)
     # row 1: K = 1 (1.3 per unit beats 1.39/1.5); row 2: its NaN lies past its 2 drafts -> scored, K = 1
     assert n.tolist() == [1, 1, 1] and cut.tolist() == [True, True, True]
-    flat = _policy({1: 1.0, 8: 1.0})
-    n, _ = flat.cut(torch.tensor([4, 4, 0]), a)
+    flat, flat_costs = _policy({1: 1.0, 8: 1.0})
+    n, _ = flat.cut(torch.tensor([4, 4, 0]), a, flat_costs)
     assert n.tolist() == [4, 4, 0]  # free verification: verify everything drafted (row 2: nothing)
 
 
 def test_cut_leaves_unscored_rows_alone():
-    policy = _policy({1: 1.0, 2: 5.0})
+    policy, costs = _policy({1: 1.0, 2: 5.0})
+    policy.keep(torch.tensor([0, 1]))
     a = torch.tensor([[float("nan"), 0.9], [0.0, 0.0]], dtype=torch.float64)
-    n, cut = policy.cut(torch.tensor([2, 2]), a)
+    n, cut = policy.cut(torch.tensor([2, 2]), a, costs)
     assert n.tolist() == [2, 0] and cut.tolist() == [False, True]  # a model row keeps its K
 
 
@@ -116,8 +122,8 @@ def test_hybrid_copies_only_when_the_copy_is_the_likelier_draft(tiny_target):
     for prior in (0.0, 1.0):
         h = HybridDrafter(ModelDrafter(tiny_target), model_prior=prior)
         h.bind(tiny_target)
-        h.start(DraftContext([prompt], SP(temperature=0), seeds, "exact", tiny_target.vocab_size, torch.float32))
-        d = h.propose(torch.tensor([3]))
+        h.start([prompt])
+        d = h.propose(DraftAsk.of([3], tiny_target.vocab_size, SP(temperature=0), seeds=seeds.tolist()))
         kinds[prior] = "copy" if not math.isnan(d.accept_prob[0, 0]) else "model"
         assert d.forwards == (0 if kinds[prior] == "copy" else 3)
         if kinds[prior] == "model":  # two drafts emitted as drafted, then another token: 2 of 3 accepted
@@ -140,7 +146,7 @@ def test_agreement_and_repeated_buckets():
     assert agreement([], [4]) == (0, 0)
     context = list(range(20)) + list(range(20))  # the tail matches 20 tokens back
     d = started([context])
-    d.propose(torch.tensor([3]))
+    d.propose(ask([3]))
     d.update([[0, 1, 2]])  # the copy continues 0, 1, 2 and all three are emitted
     last = len(PromptLookupDrafter.ACCEPT_PRIOR) - 1
     assert d.tried[0, last] == 3 and d.passed[0, last] == 3

@@ -121,11 +121,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     decoder = SpeculativeDecoder(target, drafter, k=k, method=args.method)
     kwargs = dict(max_new_tokens=args.max_new_tokens, sampling=sampling, stop=args.stop, chat=args.chat)
     if args.stream:
-        for piece in decoder.generate(args.prompt, stream=True, **kwargs):
-            sys.stdout.write(piece)
+        stream = decoder.generate(args.prompt, stream=True, **kwargs)
+        for delta in stream:
+            sys.stdout.write(delta.text)
             sys.stdout.flush()
         sys.stdout.write("\n")
-        result = decoder.last_result
+        result = stream.result
     else:
         result = decoder.generate(args.prompt, **kwargs)
         print(result.texts[0])

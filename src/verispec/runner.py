@@ -156,9 +156,11 @@ class KVRunner:
         self.col_pos, self.lengths = self.col_pos[rows], self.lengths[rows]
         cols = (self.col_pos >= 0).any(0).nonzero().squeeze(1)  # [L'] columns some row still uses
         for layer in self.cache.layers:
-            if _held(layer.keys) is not None:
+            if _held(layer.keys) is not None and len(cols):
                 layer.keys = layer.keys[rows][:, :, cols]
                 layer.values = layer.values[rows][:, :, cols]
+            else:
+                _empty(layer)
         self.col_pos = self.col_pos[:, cols]
 
     def extend(self, other: KVRunner) -> None:
@@ -173,6 +175,7 @@ class KVRunner:
             for name in ("keys", "values"):
                 x, y = _held(getattr(a, name)), _held(getattr(b, name))
                 if x is None and y is None:
+                    _empty(a)  # no column on either side: the next pass starts the layer afresh
                     continue
                 ref = x if x is not None else y
                 setattr(a, name, torch.cat([_pad_columns(x, W, B, ref), _pad_columns(y, W, Bo, ref)]))
@@ -187,6 +190,12 @@ class KVRunner:
     def num_columns(self) -> int:
         """Cache columns held (real tokens plus holes)."""
         return self.col_pos.shape[1]
+
+
+def _empty(layer) -> None:
+    """Reset a cache layer that holds no column (whatever its batch size was)."""
+    layer.keys = layer.values = None
+    layer.is_initialized = False
 
 
 def _held(x: torch.Tensor | None) -> torch.Tensor | None:

@@ -134,6 +134,10 @@ class RowParams:
         """These rows, then ``other``'s."""
         return RowParams(*(torch.cat([a, b]) for a, b in zip(self._fields(), other._fields())))
 
+    def to(self, device: torch.device | str) -> RowParams:
+        """The same rows on ``device``."""
+        return RowParams(*(x.to(device) for x in self._fields()))
+
     def _fields(self) -> tuple[torch.Tensor, ...]:
         return self.temperature, self.top_k, self.top_p, self.min_p
 
@@ -174,6 +178,7 @@ def _broadcast(params: SamplingParams, B: int) -> RowParams:
 
 def _transform(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
     """:func:`logits_to_probs` on ``logits [B, ..., V]``: greedy rows one-hot, the others filtered."""
+    params = params.to(logits.device)
     greedy = params.greedy
     if bool(greedy.all()):
         return _one_hot_argmax(logits)

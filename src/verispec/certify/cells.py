@@ -29,7 +29,8 @@ import torch
 
 import importlib
 
-from .. import drafters, sampling
+from .. import sampling
+from ..drafters import sampling as drafters
 from ..rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, Draws
 from .reference import gumbel_max_laws, reference_probs, residual_distribution
 from .tables import Context, PointFn, TableFn

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import drafters, sampling
+from .. import sampling
+from ..drafters import sampling as drafters
 import importlib
 
 from ..rng import STREAM_ACCEPT, STREAM_EMIT, inverse_cdf

@@ -1,0 +1,132 @@
+"""Drafting with an EAGLE head over the target's features (see :mod:`verispec.eagle`)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..eagle import DRAFT_WEIGHTS, EagleDraftModel, EagleFiles, bind_eagle, features_match_logits
+from ..models import CausalLM
+from ..runner import KVRunner, left_pad
+from .base import Draft, DraftAsk, DrafterBase
+from .sampling import greedy_draft, sample_draft, to_target_vocab
+
+__all__ = ["EagleDrafter"]
+
+
+class EagleDrafter(DrafterBase):
+    """Drafts with an EAGLE head over the target's features.
+
+    The head's KV cache holds one *pair* ``(f_{i-1}, x_i)`` per context position, only for
+    positions whose target feature is known (the target computes ``f_i`` when it verifies
+    position i). A proposal feeds the pending real pairs, then drafts step by step, feeding
+    its own predicted feature beside each draft token; those speculative pairs are rolled back
+    at ``update``, which brings the target's real features for the emitted tokens.
+    """
+
+    reads_target_features = True
+
+    def __init__(self, files: EagleFiles, name: str = "eagle", *, weights: str = "auto") -> None:
+        """``weights``: what each draft step reads, ``"auto"`` / ``"fp16"`` / ``"fp32"`` (see
+        :func:`verispec.eagle.bind_eagle`)."""
+        if weights not in DRAFT_WEIGHTS:
+            raise ValueError(f"weights must be one of {DRAFT_WEIGHTS}, got {weights!r}")
+        self.files = files
+        self.name = name
+        self.weights = weights
+        self.model: EagleDraftModel | None = None
+        self.vocab_map = files.vocab_map
+
+    def bind(self, target: CausalLM) -> None:
+        if not features_match_logits(target.model):
+            raise ValueError(f"target {target.name!r} does not compute its logits as lm_head(final hidden "
+                             "state); an EAGLE head cannot draft from its features")
+        self.model = bind_eagle(self.files, target, weights=self.weights)
+        self.lengths: list[int] = []  # context length per row
+        self.pending_tok: list[list[int]] = []  # x_i not in the head's cache yet
+        self.pending_feat: list[list[torch.Tensor]] = []  # f_{i-1} beside each
+        self.runner = KVRunner(self.model, 0)
+        self._real = self.runner.lengths.clone()  # cache length holding only real pairs
+
+    def _bound(self) -> EagleDraftModel:
+        if self.model is None:
+            raise RuntimeError("EagleDrafter.bind(target) must be called before use")
+        return self.model
+
+    def add(self, prompts: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
+        model = self._bound()
+        if features is None or len(features) != len(prompts):
+            raise ValueError("EagleDrafter needs the target's prompt features (one [len(prompt) - 1, H] per prompt)")
+        zero = torch.zeros(1, model.config.hidden_size, dtype=model.dtype)
+        self.lengths += [len(p) for p in prompts]
+        self.pending_tok += [list(p) for p in prompts]
+        self.pending_feat += [[zero, f.to(model.dtype)] for f in features]
+        self.runner.extend(KVRunner(model, len(prompts)))
+        self._real = self.runner.lengths.clone()
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self._bound()
+        index = rows.tolist()
+        self.lengths = [self.lengths[i] for i in index]
+        self.pending_tok = [self.pending_tok[i] for i in index]
+        self.pending_feat = [self.pending_feat[i] for i in index]
+        self.runner.select(rows)
+        self._real = self._real[rows.to(self._real.device)]
+
+    def propose(self, ask: DraftAsk) -> Draft:
+        model = self._bound()
+        B, V = len(self.lengths), ask.vocab_size
+        K = int(ask.k.max()) if B else 0
+        device = model.device
+        tokens = torch.zeros(B, K, dtype=torch.int64, device=device)
+        point_mass = ask.all_greedy  # q = one-hot on the argmax: no dense q (Draft.probs)
+        probs = None if point_mass else torch.zeros(B, K, V, dtype=ask.dtype, device=device)
+        if K == 0:
+            return Draft(tokens, probs, ask.k.clone())
+        logits, f_last = self._feed_pending()  # [B, V_d], [B, 1, H]
+        positions = torch.tensor(self.lengths, dtype=torch.int64, device=device)  # slot 0's absolute position
+        seeds = ask.seeds.to(device)
+        for i in range(K):
+            if probs is None:
+                d = greedy_draft(logits, self.vocab_map, V)
+            else:
+                d, q = sample_draft(to_target_vocab(logits, self.vocab_map, V, ask.dtype), ask.params, ask.gumbel,
+                                    seeds, positions + i)  # [B], [B, V]
+                probs[:, i] = q
+            tokens[:, i] = d
+            if i + 1 < K:  # the pair (f^, d): the head's own feature beside its own draft
+                out, f_last = self.runner.forward(d[:, None], logits_to_keep=1, return_hidden=True,
+                                                  features=f_last)
+                logits = out[:, -1]
+        return Draft(tokens, probs, ask.k.clone(), forwards=K)
+
+    def _feed_pending(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed the pending real pairs (ragged: left-padded); the logits ``[B, V_d]`` and the
+        predicted feature ``[B, 1, H]`` after each row's context."""
+        model = self._bound()
+        feed, live = left_pad(self.pending_tok)
+        if feed.shape[1] == 0:
+            raise RuntimeError("EAGLE head has no pending pair to draft from")
+        feats = torch.zeros(*feed.shape, model.config.hidden_size, dtype=model.dtype)
+        feats[live] = torch.cat([f.cpu() for row in self.pending_feat for f in row])  # row-major, as live
+        device = model.device
+        logits, f_hat = self.runner.forward(feed.to(device), live.to(device), logits_to_keep=1,
+                                            return_hidden=True, features=feats.to(device))
+        B = len(self.pending_tok)
+        self.pending_tok = [[] for _ in range(B)]
+        self.pending_feat = [[] for _ in range(B)]
+        self._real = self.runner.lengths.clone()  # the cache holds only real pairs up to here
+        return logits[:, -1], f_hat[:, -1:]
+
+    def update(self, emitted: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
+        model = self._bound()
+        if features is None:
+            raise ValueError("EagleDrafter.update needs the target's features for the emitted tokens")
+        self.runner.truncate(self._real.to(self.runner.lengths.device))  # drop speculative pairs
+        for b, new in enumerate(emitted):
+            if not new:
+                continue
+            if features[b].shape[0] != len(new):
+                raise ValueError(f"row {b}: {len(new)} emitted tokens but {features[b].shape[0]} features")
+            self.pending_tok[b].extend(new)
+            self.pending_feat[b].append(features[b].to(model.dtype))
+            self.lengths[b] += len(new)

@@ -1,0 +1,124 @@
+"""How model drafters turn their logits into draft tokens, and the helpers around it.
+
+A drafter must report the q it drew each token from (the verifier's exactness depends on it):
+:func:`sample_draft` computes q with the request's own transform and draws from exactly that q,
+with the shared counter-based randomness (stream ``STREAM_DRAFT`` at the token's absolute
+position), so a whole run is a pure function of the seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..rng import COUNTER, STREAM_DRAFT, Draws, inverse_cdf
+from ..sampling import RowParams, SamplingParams, logits_to_probs
+
+__all__ = ["sample_draft", "greedy_draft", "to_target_vocab", "agreement", "gumbel_rows"]
+
+
+def gumbel_rows(method: str | Sequence[str] | torch.Tensor, B: int, device: torch.device | str = "cpu"
+                ) -> torch.Tensor:
+    """``[B]`` bool: the rows drawn by the Gumbel rule, from one method name, one per row, or the mask."""
+    if isinstance(method, torch.Tensor):
+        return method.to(device=device, dtype=torch.bool)
+    if isinstance(method, str):
+        return torch.full((B,), method == "gumbel", dtype=torch.bool, device=device)
+    return torch.tensor([m == "gumbel" for m in method], dtype=torch.bool, device=device)
+
+
+def sample_draft(logits: torch.Tensor, params: SamplingParams | RowParams, method: str | Sequence[str] | torch.Tensor,
+                 seeds: torch.Tensor, positions: torch.Tensor, draws: Draws = COUNTER
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One draft step of a model drafter: q = each row's transform of the draft ``logits [B, V]``
+    (target vocabulary) and the token d drawn from exactly that q. Returns ``(d [B], q [B, V])``.
+
+    ``method``: ``"exact"`` (inverse CDF of a uniform) or ``"gumbel"`` (argmax of log q plus the
+    shared noise), for every row or per row. The q returned is the q the verifier must be given:
+    a drafter that reports any other distribution than the one it sampled from breaks exactness
+    (certified, see :mod:`verispec.certify`, which drives this function through ``draws``).
+    """
+    q = logits_to_probs(logits, params)  # [B, V]
+    return _draw_from(q, params, gumbel_rows(method, q.shape[0], q.device), seeds, positions, draws), q
+
+
+def _draw_from(q: torch.Tensor, params: SamplingParams | RowParams, gumbel: torch.Tensor, seeds: torch.Tensor,
+               positions: torch.Tensor, draws: Draws) -> torch.Tensor:
+    """``[B]`` a token from each row of ``q [B, V]``: argmax for greedy rows (q is one-hot, both
+    rules pick its token, so no noise is drawn), else by the row's rule."""
+    B = q.shape[0]
+    greedy = torch.full((B,), params.greedy, device=q.device) if isinstance(params, SamplingParams) \
+        else params.greedy.to(q.device)
+    if bool(greedy.all()):
+        return q.argmax(-1)
+    by_gumbel, by_cdf = ~greedy & gumbel, ~greedy & ~gumbel
+    if bool(by_cdf.all()):
+        return inverse_cdf(q, draws.uniform(seeds, positions, STREAM_DRAFT))
+    if bool(by_gumbel.all()):
+        return draws.gumbel_argmax(q, seeds, positions)
+    d = q.argmax(-1)
+    for rows, draw in ((by_gumbel, _gumbel_draw), (by_cdf, _cdf_draw)):
+        if bool(rows.any()):
+            d[rows] = draw(q[rows], seeds[rows], positions[rows], draws)
+    return d
+
+
+def _gumbel_draw(q: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, draws: Draws) -> torch.Tensor:
+    return draws.gumbel_argmax(q, seeds, positions)
+
+
+def _cdf_draw(q: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, draws: Draws) -> torch.Tensor:
+    return inverse_cdf(q, draws.uniform(seeds, positions, STREAM_DRAFT))
+
+
+def agreement(draft: list[int], emitted: list[int]) -> tuple[int, int]:
+    """``(passed, tried)`` for a draft against what the target then emitted at the same slots:
+    the leading run of equal tokens, and the slots compared up to and including the first
+    difference. Equal means accepted: a rejected slot never emits its draft token (the residual
+    is 0 there), and at the bonus slot a point-mass draft equals the bonus draw with exactly
+    its acceptance probability."""
+    n = min(len(draft), len(emitted))
+    passed = next((j for j in range(n) if emitted[j] != draft[j]), n)
+    return passed, passed + (passed < n)
+
+
+def to_target_vocab(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int, dtype: torch.dtype) -> torch.Tensor:
+    """Draft logits ``[B, V_d]`` -> ``[B, V]`` over the target vocabulary.
+
+    Row i of a reduced head scores target id ``vocab_map[i]``; every other id gets -inf (q = 0,
+    which the exact verifier handles). Without a map, a padded head is cut to V and a short
+    one padded with -inf.
+    """
+    logits = logits.to(dtype)
+    if vocab_map is not None:
+        full = logits.new_full((logits.shape[0], V), float("-inf"))
+        return full.index_copy_(1, vocab_map.to(logits.device), logits)
+    Vd = logits.shape[-1]
+    if Vd == V:
+        return logits
+    if Vd > V:  # padded draft head: the target gives those ids probability 0 anyway
+        return logits[:, :V]
+    return torch.cat([logits, logits.new_full((logits.shape[0], V - Vd), float("-inf"))], dim=1)
+
+
+def greedy_draft(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int) -> torch.Tensor:
+    """``[B]`` the greedy draft token of draft logits ``[B, V_d]``: the argmax of
+    ``to_target_vocab(logits, vocab_map, V, ...)`` (ties to the lowest target id, as
+    :func:`logits_to_probs`), without building the ``[B, V]`` rows. Under greedy sampling q is
+    this token's point mass, so drafters pass no dense q at all (``Draft.probs = None``).
+
+    Raises:
+        ValueError: NaN or +inf logits, as :func:`logits_to_probs`.
+    """
+    x = logits if vocab_map is not None else logits[:, :V]
+    if torch.isnan(x).any() or torch.isposinf(x).any():
+        raise ValueError("draft logits contain NaN or +inf (a broken model or overflow)")
+    if torch.isneginf(x).all(-1).any():
+        raise ValueError("a row of draft logits is entirely -inf: no token can be drafted")
+    if vocab_map is None:
+        return x.argmax(-1)  # [B], the first maximum = the lowest id
+    if not bool((vocab_map[1:] > vocab_map[:-1]).all()):
+        # an unsorted map: the first maximum in row order need not be the lowest target id
+        return to_target_vocab(logits, vocab_map, V, logits.dtype).argmax(-1)
+    return vocab_map.to(logits.device)[x.argmax(-1)]

@@ -1,0 +1,345 @@
+"""The engine: :class:`SpeculativeDecoder`, a batch of requests advanced one step at a time.
+
+``start(requests) -> state``, then ``step(state) -> outputs`` until the state is empty;
+``add(state, requests)`` and ``cancel(state, request_id)`` between steps change the batch
+(continuous batching). ``generate`` and ``stream`` are thin loops over those. What a step does
+is in :mod:`verispec.engine.step`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Hashable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from ..drafters import Drafter
+from ..models import CausalLM, load_causal_lm
+from ..rng import random_seeds
+from ..runner import KVRunner, left_pad
+from ..sampling import RowParams, SamplingParams
+from ..verify import METHODS
+from .kpolicy import KPolicy, KRows, PassCosts, check_k
+from .requests import Completion, Request, RequestOutput, int64_seeds, int_list
+from .state import BatchState, Row
+from .stats import GenerationResult, GenerationStats
+from .step import step as _step
+from .text import RowText
+
+__all__ = ["SpeculativeDecoder", "TextDelta", "GenerationStream"]
+
+
+class SpeculativeDecoder:
+    """Exact speculative decoding over a HuggingFace target and a drafter.
+
+    Args:
+        target: a :class:`CausalLM` or anything :func:`load_causal_lm` accepts.
+        drafter: a :class:`~verispec.drafters.Drafter`, or ``None`` for target-only decoding.
+        k: default draft-length policy of a request: an int (fixed), ``"heuristic"`` (HF's: +2
+            after a fully accepted draft, -1 otherwise) or ``"auto"`` (maximise expected tokens
+            per second from the row's acceptance estimate and the measured draft / verify costs;
+            drafters that score their tokens, such as prompt lookup, draft up to ``max_k`` and
+            each row's draft is cut where the next token stops paying for the wider verify
+            pass). Draft lengths never change the output's distribution, but they do change
+            which text an "exact"-method sampled run draws for a seed: use a fixed int (or
+            greedy, or "gumbel") for run-to-run identical text.
+        method: default method of a request: ``"exact"`` (rejection sampling) or ``"gumbel"``
+            (drafter-invariant).
+        max_k: upper bound for the adaptive policies.
+    """
+
+    def __init__(self, target: CausalLM | str, drafter: Drafter | None = None, *, k: KPolicy = 4,
+                 method: str = "exact", max_k: int = 12) -> None:
+        self.target = target if isinstance(target, CausalLM) else load_causal_lm(target)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        self.k = check_k(k)
+        if isinstance(max_k, bool) or not isinstance(max_k, int) or not 1 <= max_k <= 64:
+            raise ValueError(f"max_k must be an int in [1, 64], got {max_k!r}")
+        self.drafter = drafter
+        self.method, self.max_k = method, max_k
+        if drafter is not None:
+            drafter.bind(self.target)
+        model = self.target.model
+        self.dtype = model.dtype if model.dtype in (torch.float32, torch.float64) else torch.float32
+        self.eos_ids = self.target.eos_token_ids
+        self.reads_features = bool(drafter is not None and drafter.reads_target_features)
+        self._epoch = 0
+        self._ids = itertools.count()
+
+    # -- the step API ---------------------------------------------------------------------------
+
+    def start(self, requests: Sequence[Request] = ()) -> BatchState:
+        """A new batch holding ``requests`` (prefilled). The decoder runs one batch at a time:
+        a state from an earlier ``start`` can no longer be stepped."""
+        self._epoch += 1
+        device = self.target.model.device
+        state = BatchState([], KVRunner(self.target.model, 0), torch.zeros(0, dtype=torch.int64, device=device),
+                           torch.zeros(0, dtype=torch.int64, device=device), RowParams.of([]),
+                           torch.zeros(0, dtype=torch.bool), KRows(self.max_k), PassCosts(), GenerationStats(),
+                           self._epoch)
+        if self.drafter is not None:
+            self.drafter.keep(torch.zeros(0, dtype=torch.int64))
+        if requests:
+            self.add(state, requests)
+        return state
+
+    def add(self, state: BatchState, requests: Sequence[Request]) -> None:
+        """Admit ``requests`` to a running batch: validated, encoded, and their prompts prefilled
+        (each prompt but its last token, which starts the row's first step)."""
+        self._check_current(state)
+        t0 = time.perf_counter()
+        rows = [self._row(r, state) for r in requests]
+        if not rows:
+            return
+        prompts = [r.prompt for r in rows]
+        features = self._prefill(state, prompts)
+        if self.drafter is not None:
+            self.drafter.add(prompts, features)
+        self._append(state, rows, requests)
+        dt = time.perf_counter() - t0
+        state.stats.time_prefill += dt
+        state.stats.wall += dt
+
+    def cancel(self, state: BatchState, request_id: Hashable) -> None:
+        """Drop a running request from the batch (its tokens so far are discarded)."""
+        self._check_current(state)
+        ids = [r.request_id for r in state.rows]
+        if request_id not in ids:
+            raise KeyError(f"request_id {request_id!r} is not running in this batch")
+        keep = [b for b, i in enumerate(ids) if i != request_id]
+        index = torch.tensor(keep, dtype=torch.int64)
+        state.runner.select(index)
+        if self.drafter is not None:
+            self.drafter.keep(index)
+        state.keep(keep)
+
+    def step(self, state: BatchState) -> list[RequestOutput]:
+        """One target pass for every running request: what each got; finished ones leave."""
+        self._check_current(state)
+        if not state.rows:
+            return []
+        outputs = _step(self, state)
+        for o in outputs:
+            if o.completion is not None:
+                state.stats.emitted += len(o.completion.token_ids)
+        return outputs
+
+    # -- loops over the step --------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: str | Sequence[str | Sequence[int]],
+        max_new_tokens: int = 128,
+        sampling: SamplingParams | None = None,
+        *,
+        stop: Sequence[str] | None = None,
+        stream: bool = False,
+        chat: bool = False,
+        seeds: Sequence[int] | None = None,
+    ) -> GenerationResult | GenerationStream:
+        """Generate continuations of ``prompts``.
+
+        Args:
+            prompts: a string, or a list of strings or token-id lists.
+            max_new_tokens: exactly this many tokens per row unless EOS or a stop string ends it.
+            sampling: the sampling transform; default ``SamplingParams()`` (temperature 1).
+            stop: strings that end a row; the text is cut before the stop string.
+            stream: return a :class:`GenerationStream` of :class:`TextDelta` (per prompt, as its
+                tokens are accepted; any number of prompts) instead of the result; the result
+                is the stream's ``result`` once it is exhausted.
+            chat: apply the tokenizer's chat template to string prompts.
+            seeds: one int64 seed per row (default: ``sampling.seed`` for every row, or fresh
+                seeds from torch's global generator).
+        """
+        requests = self.requests(prompts, max_new_tokens, sampling, stop=stop, chat=chat, seeds=seeds,
+                                 stream=stream)
+        if stream:
+            return GenerationStream(self, requests)
+        state = self.start(requests)
+        done: dict[Hashable, Completion] = {}
+        while state.rows:
+            done.update((o.request_id, o.completion) for o in self.step(state) if o.completion is not None)
+        return _result([done[r.request_id] for r in requests], state.stats)
+
+    def requests(self, prompts: str | Sequence[str | Sequence[int]], max_new_tokens: int = 128,
+                 sampling: SamplingParams | None = None, *, stop: Sequence[str] | None = None, chat: bool = False,
+                 seeds: Sequence[int] | None = None, stream: bool = False) -> list[Request]:
+        """:class:`Request` objects for ``generate``'s arguments (validated; ids 0..B-1)."""
+        sampling = sampling or SamplingParams()
+        if not isinstance(sampling, SamplingParams):
+            raise TypeError("sampling must be a SamplingParams")
+        single = isinstance(prompts, str)
+        ids = self.encode([prompts] if single else prompts, chat=chat)
+        B = len(ids)
+        if seeds is not None:
+            seed_list = int64_seeds(seeds)
+            if len(seed_list) != B:
+                raise ValueError(f"seeds has {len(seed_list)} entries for {B} prompts")
+        elif sampling.seed is not None:
+            seed_list = [sampling.seed] * B
+        else:
+            seed_list = random_seeds(B).tolist()
+        return [Request(p, max_new_tokens, _with_seed(sampling, s), stop or (), stream=stream, request_id=i)
+                for i, (p, s) in enumerate(zip(ids, seed_list))]
+
+    def encode(self, prompts: Sequence[str | Sequence[int]], chat: bool = False) -> list[list[int]]:
+        """Token ids for each prompt (strings go through the tokenizer, with the chat template if ``chat``).
+
+        A prompt is a ``str`` or its token ids: a list/tuple of ints or a 1-D integer tensor or
+        array. Anything else (bytes, floats, bools, nested lists) raises ``TypeError`` naming it.
+        """
+        tok = self.target.tokenizer
+        if isinstance(prompts, (bytes, bytearray)):
+            raise TypeError("prompts is bytes: decode it to str first (or pass token ids)")
+        if isinstance(prompts, str) or not isinstance(prompts, Sequence):
+            raise TypeError(f"prompts must be a list of strings or of token-id lists, got {type(prompts).__name__}")
+        if len(prompts) == 0:
+            raise ValueError("prompts is empty")
+        out = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):
+                if chat:
+                    if not getattr(tok, "chat_template", None):
+                        raise ValueError(f"chat=True but the tokenizer of {self.target.name!r} has no chat template")
+                    ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                                  tokenize=True, return_dict=False)
+                    ids = list(ids["input_ids"]) if isinstance(ids, dict) else list(ids)
+                else:
+                    ids = tok(p, add_special_tokens=True)["input_ids"]
+            else:
+                if not isinstance(p, (Sequence, torch.Tensor, np.ndarray)):
+                    raise TypeError(f"prompts[{i}] must be a string or a list of token ids, got {type(p).__name__}")
+                ids = int_list(p, f"prompts[{i}]")
+                bad = [t for t in ids if not 0 <= t < self.target.vocab_size]
+                if bad:
+                    raise ValueError(f"prompts[{i}] has token ids outside [0, {self.target.vocab_size}): {bad[:5]}")
+            if len(ids) == 0:
+                raise ValueError(f"prompts[{i}] is empty (no tokens to condition on)")
+            out.append(ids)
+        return out
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _check_current(self, state: BatchState) -> None:
+        if not isinstance(state, BatchState):
+            raise TypeError(f"state must be a BatchState from start(), got {type(state).__name__}")
+        if state.epoch != self._epoch:
+            raise RuntimeError("this batch state is stale: the decoder has started another batch since")
+
+    def _row(self, request: Request, state: BatchState) -> Row:
+        """A validated row for ``request`` (its prompt encoded, its id fresh and unique)."""
+        if not isinstance(request, Request):
+            raise TypeError(f"requests must be Request objects, got {type(request).__name__}")
+        r = request
+        if not isinstance(r.sampling, SamplingParams):
+            raise TypeError(f"request {r.request_id!r}: sampling must be a SamplingParams")
+        if isinstance(r.max_new_tokens, bool) or not isinstance(r.max_new_tokens, int) or r.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {r.max_new_tokens!r}")
+        stop = r.stop
+        if isinstance(stop, str) or not isinstance(stop, Sequence) or any(not isinstance(s, str) or not s for s in stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {stop!r}")
+        method = r.method or self.method
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if r.k is not None:
+            check_k(r.k)
+        prompt = self.encode([r.prompt], chat=r.chat)[0]
+        limit = getattr(self.target.model.config, "max_position_embeddings", None)
+        if limit is not None and len(prompt) + r.max_new_tokens > limit:
+            raise ValueError(f"prompt of request {r.request_id!r} has {len(prompt)} tokens; with max_new_tokens="
+                             f"{r.max_new_tokens} it exceeds the model's context of {limit} tokens")
+        rid = r.request_id if r.request_id is not None else f"req-{next(self._ids)}"
+        if rid in {row.request_id for row in state.rows}:
+            raise ValueError(f"request_id {rid!r} is already running in this batch")
+        text = RowText(tuple(stop)) if stop or r.stream else None
+        return Row(r, rid, prompt, method, text=text)
+
+    def _prefill(self, state: BatchState, prompts: list[list[int]]) -> list[torch.Tensor] | None:
+        """Run the new prompts (all but their last token) through the target on a runner of their
+        own, append its rows to the batch's cache; the prompts' features if the drafter reads them."""
+        model = self.target.model
+        device = model.device
+        new = KVRunner(model, len(prompts))
+        features = [torch.zeros(0, model.config.hidden_size, device=device) for _ in prompts]
+        if max(len(p) for p in prompts) > 1:
+            feed, live = left_pad([p[:-1] for p in prompts])
+            out = new.forward(feed.to(device), live.to(device), logits_to_keep=1, return_hidden=self.reads_features)
+            if self.reads_features:
+                hidden = out[1]  # [n, width, H], rows left-padded
+                features = [hidden[b, hidden.shape[1] - (len(p) - 1):] for b, p in enumerate(prompts)]
+        state.runner.extend(new)
+        return features if self.reads_features else None
+
+    def _append(self, state: BatchState, rows: list[Row], requests: Sequence[Request]) -> None:
+        device = state.last.device
+        seeds = [r.sampling.seed if r.sampling.seed is not None else int(random_seeds(1)[0]) for r in requests]
+        state.rows += rows
+        state.last = torch.cat([state.last, torch.tensor([r.prompt[-1] for r in rows], device=device)])
+        state.seeds = torch.cat([state.seeds, torch.tensor(seeds, dtype=torch.int64, device=device)])
+        state.params = state.params.cat(RowParams.of([r.sampling for r in requests]))
+        state.gumbel = torch.cat([state.gumbel, torch.tensor([r.method == "gumbel" for r in rows])])
+        state.policy.add([r.k if r.k is not None else self.k for r in requests])
+
+    def target_step_seconds(self, context: Sequence[int], repeats: int = 3) -> float:
+        """Median seconds of one-token target forwards after ``context`` (for speedup estimates)."""
+        runner = KVRunner(self.target.model, 1)
+        device = self.target.model.device
+        ids = torch.tensor([list(context)], dtype=torch.int64, device=device)
+        runner.forward(ids, logits_to_keep=1)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            runner.forward(ids[:, -1:], logits_to_keep=1)
+            times.append(time.perf_counter() - t0)
+            runner.truncate(runner.lengths - 1)
+        return sorted(times)[len(times) // 2]
+
+
+
+class TextDelta:
+    """New text of one prompt of a streamed ``generate`` (``index``: the prompt's position);
+    ``finish_reason`` is set on the prompt's last delta."""
+
+    __slots__ = ("index", "text", "finish_reason")
+
+    def __init__(self, index: int, text: str, finish_reason: str | None = None) -> None:
+        self.index, self.text, self.finish_reason = index, text, finish_reason
+
+    def __repr__(self) -> str:
+        return f"TextDelta(index={self.index}, text={self.text!r}, finish_reason={self.finish_reason!r})"
+
+
+class GenerationStream:
+    """Iterates :class:`TextDelta` pieces as a streamed ``generate`` runs; ``result`` holds the
+    :class:`GenerationResult` once the iteration is over."""
+
+    def __init__(self, decoder: SpeculativeDecoder, requests: list[Request]) -> None:
+        self._decoder, self._requests = decoder, requests
+        self.result: GenerationResult | None = None
+
+    def __iter__(self) -> Iterator[TextDelta]:
+        dec = self._decoder
+        state = dec.start(self._requests)
+        done: dict[Hashable, Completion] = {}
+        while state.rows:
+            for o in dec.step(state):
+                reason = o.completion.finish_reason if o.completion is not None else None
+                if o.text or reason is not None:
+                    yield TextDelta(int(o.request_id), o.text, reason)
+                if o.completion is not None:
+                    done[o.request_id] = o.completion
+        self.result = _result([done[r.request_id] for r in self._requests], state.stats)
+
+
+def _result(completions: list[Completion], stats: GenerationStats) -> GenerationResult:
+    return GenerationResult([c.text for c in completions], [c.token_ids for c in completions],
+                            [c.finish_reason for c in completions], stats)
+
+
+def _with_seed(sampling: SamplingParams, seed: int) -> SamplingParams:
+    from dataclasses import replace
+
+    return replace(sampling, seed=seed)

@@ -1,0 +1,156 @@
+"""What a generation did: counts, times, acceptance per slot, and the bookkeeping behind them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..verify import Verification
+
+__all__ = ["GenerationStats", "GenerationResult", "add_counts", "account", "uncount", "BONUS", "residual_origin"]
+
+
+@dataclass
+class GenerationStats:
+    """What one ``generate`` call did. Times are seconds of wall clock.
+
+    A draft token is *tested* when every draft before it in its row was accepted; testing
+    stops at the first rejection, so the drafts after it are never compared with the target.
+
+    * ``alpha`` = accepted / tested = accepted / (accepted + rejected): the per-token acceptance
+      rate of Leviathan et al., the alpha of ``E = (1 - alpha^(K+1)) / (1 - alpha)`` (its
+      maximum-likelihood estimate when each tested token is accepted independently);
+    * ``draft_acceptance`` = accepted / drafted (vLLM's "draft acceptance rate"): lower than
+      alpha whenever drafts follow a rejection, e.g. 0.38 for alpha 0.65 at K = 4;
+    * ``tau`` = emitted tokens per row per target forward (prefill excluded; 1 for target-only);
+    * ``per_position_acceptance[i]`` = P(draft slot i accepted | slots < i accepted).
+
+    Only returned tokens count: drafts the verifier accepted after an EOS, or that a stop
+    string cut off, are neither accepted nor tested (the draft counts as cut where its row
+    ended; they stay in ``drafted``, as they were paid for), and a cut-off residual token
+    takes its rejection with it.
+    """
+
+    drafted: int = 0
+    accepted: int = 0
+    rejected: int = 0  # row-passes whose drafts met a rejection (one per such row and pass)
+    emitted: int = 0
+    target_forwards: int = 0
+    row_steps: int = 0  # sum over target forwards of the rows still generating
+    draft_forwards: int = 0
+    iterations: int = 0
+    wall: float = 0.0
+    time_prefill: float = 0.0
+    time_target: float = 0.0
+    time_draft: float = 0.0
+    time_verify: float = 0.0
+    slot_drafted: list[int] = field(default_factory=list)
+    slot_tested: list[int] = field(default_factory=list)  # slot drafted and every slot before it accepted
+    slot_accepted: list[int] = field(default_factory=list)
+    k_history: list[int] = field(default_factory=list)
+    draft_lengths: list[int] = field(default_factory=list)  # [n] = row-passes that drafted n tokens
+    verify_width_seconds: dict[int, list[float]] = field(default_factory=dict)
+
+    @property
+    def tested(self) -> int:
+        return self.accepted + self.rejected
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.tested if self.tested else float("nan")
+
+    @property
+    def draft_acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def tau(self) -> float:
+        return self.emitted / self.row_steps if self.row_steps else float("nan")
+
+    @property
+    def time_other(self) -> float:
+        return max(0.0, self.wall - self.time_prefill - self.time_target - self.time_draft - self.time_verify)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.emitted / self.wall if self.wall > 0 else float("nan")
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        return [a / t if t else float("nan") for a, t in zip(self.slot_accepted, self.slot_tested)]
+
+    def as_dict(self) -> dict:
+        keys = ("drafted", "accepted", "rejected", "emitted", "target_forwards", "row_steps", "draft_forwards",
+                "iterations", "wall", "time_prefill", "time_target", "time_draft", "time_verify")
+        d = {k: getattr(self, k) for k in keys}
+        d.update(alpha=self.alpha, draft_acceptance=self.draft_acceptance, tau=self.tau, time_other=self.time_other,
+                 tokens_per_second=self.tokens_per_second, per_position_acceptance=self.per_position_acceptance)
+        return d
+
+
+@dataclass
+class GenerationResult:
+    """Texts, token ids (generated only, prompt excluded), why each row stopped, and stats."""
+
+    texts: list[str]
+    token_ids: list[list[int]]
+    finish_reasons: list[str]  # "length", "eos" or "stop"
+    stats: GenerationStats
+
+
+def account(stats: GenerationStats, out: Verification, n_draft: torch.Tensor) -> None:
+    """Add one verification of every row of the batch (``n_draft [B]`` drafts verified per row)."""
+    stats.iterations += 1
+    stats.row_steps += n_draft.shape[0]
+    stats.drafted += int(n_draft.sum())
+    acc = out.accepted.cpu()  # [B, K], a prefix of each row's drafts
+    stats.accepted += int(acc.sum())
+    num_accepted = out.num_accepted.cpu()
+    stats.rejected += int((num_accepted < n_draft).sum())
+    K = out.accepted.shape[1]
+    slots = torch.arange(K)[None]  # [1, K]
+    drafted = slots < n_draft[:, None]  # [B, K]
+    tested = drafted & (slots <= num_accepted[:, None])  # slot i tested iff slots < i accepted
+    add_counts(stats.slot_drafted, drafted.sum(0).tolist())
+    add_counts(stats.slot_tested, tested.sum(0).tolist())
+    add_counts(stats.slot_accepted, acc.sum(0).tolist())
+    add_counts(stats.draft_lengths, torch.bincount(n_draft, minlength=K + 1).tolist())
+    if K:
+        stats.k_history.append(int(n_draft.max()))
+
+
+BONUS = -1  # origin of a token drawn from p: the bonus after every draft passed (or target-only)
+
+
+def residual_origin(slot: int) -> int:
+    """Origin code of the token drawn from the residual after draft ``slot`` was rejected."""
+    return -2 - slot
+
+
+def uncount(stats: GenerationStats, origins: Sequence[int]) -> None:
+    """Take dropped tokens (after an EOS, or cut by a stop string) back out of the stats.
+
+    ``origins`` codes one dropped token each: ``s >= 0`` an accepted draft at slot s, ``BONUS``,
+    or ``residual_origin(s)`` (drawn after slot s was rejected). The dropped tokens are always
+    a suffix of their row, so this leaves the stats of a draft cut where the row now ends: its
+    later slots count as drafted but not tested (neither accepted nor rejected), as nothing
+    returned depends on their outcome.
+    """
+    for o in origins:
+        if o >= 0:
+            stats.accepted -= 1
+            stats.slot_accepted[o] -= 1
+            stats.slot_tested[o] -= 1
+        elif o != BONUS:
+            stats.rejected -= 1
+            stats.slot_tested[-2 - o] -= 1
+
+
+def add_counts(total: list[int], counts: Sequence[int]) -> None:
+    """``total[i] += counts[i]`` for every i, growing ``total`` with zeros as needed (in place):
+    per-slot and per-length tallies whose length varies between passes and generations."""
+    total.extend([0] * (len(counts) - len(total)))
+    for i, n in enumerate(counts):
+        total[i] += n

@@ -1,0 +1,234 @@
+"""One engine step: draft, target pass, verify, commit. Each is a short function.
+
+For a batch of B rows (each has emitted ``n_b`` tokens so far):
+
+1. :func:`draft`: the drafter proposes up to ``k_b`` tokens per row (``k_b`` from the row's K
+   policy, capped so that a row never exceeds its ``max_new_tokens``), as a tree per row;
+2. :func:`target_pass`: ONE target forward over ``[newest token, draft nodes]`` gives p after
+   the root and after every node; a drafter that reads the target's features also gets its
+   final hidden states, from the same pass;
+3. :func:`verify_step`: the verifier accepts a path per row and emits one more token;
+4. :func:`commit`: emitted tokens are appended (EOS, length and stop strings end rows), the
+   target's cache keeps the accepted path, the drafter is told what was emitted, and finished
+   rows leave the batch.
+
+The target cache holds every emitted token except each row's newest, which the next pass
+feeds first together with the new drafts, so a prompt is prefilled exactly once. Target-only
+decoding is the same step with no drafter (zero nodes): the same sampler and the same
+counter-based draws, so baselines compare like with like. All randomness is keyed by (row
+seed, absolute position): a row produces the same tokens alone or in any batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..draft import Draft
+from ..drafters import DraftAsk
+from ..sampling import logits_to_probs
+from ..verify import Verification, verify_draft
+from .requests import Completion, RequestOutput
+from .state import BatchState, Row
+from .stats import BONUS, account, residual_origin, uncount
+from .text import find_stop, trim_to_text
+
+if TYPE_CHECKING:
+    from .decoder import SpeculativeDecoder
+
+__all__ = ["step"]
+
+
+def step(dec: SpeculativeDecoder, state: BatchState) -> list[RequestOutput]:
+    """Advance every row of ``state`` by one target pass; what each request got, finished rows retired."""
+    t0 = time.perf_counter()
+    d, scored = draft(dec, state)
+    logits, hidden = target_pass(dec, state, d)
+    out = verify_step(dec, state, d, logits)
+    outputs = commit(dec, state, d, out, hidden, scored)
+    state.stats.wall += time.perf_counter() - t0
+    return outputs
+
+
+def draft(dec: SpeculativeDecoder, state: BatchState) -> tuple[Draft, torch.Tensor]:
+    """The nodes to verify per row, and ``[B]`` bool: rows cut by the drafter's own scores."""
+    B = len(state)
+    none = torch.zeros(B, dtype=torch.bool)
+    if dec.drafter is None:
+        empty = torch.zeros(B, 0, dtype=torch.int64)
+        return Draft(empty, None, torch.zeros(B, dtype=torch.int64)), none
+    room = (state.remaining() - 1).clamp_min(0)  # drafts + the bonus never overshoot max_new_tokens
+    scoring = dec.drafter.scores_drafts
+    k = torch.minimum(state.policy.k, room)
+    k_cap = torch.minimum(state.policy.caps(scoring), room)
+    ask = DraftAsk(k, k_cap, state.params, state.gumbel, state.seeds, dec.target.vocab_size, dec.dtype)
+    t0 = time.perf_counter()
+    proposal = dec.drafter.propose(ask)
+    state.stats.time_draft += time.perf_counter() - t0
+    state.stats.draft_forwards += proposal.forwards
+    n = torch.minimum(proposal.num_draft.cpu(), k_cap)
+    scored = none
+    if scoring and proposal.accept_prob is not None:
+        n, scored = state.policy.cut(n, proposal.accept_prob, state.costs)
+    # Verify only as wide as the longest draft: a pass of K+1 tokens costs more than one of fewer
+    # (a prompt-lookup miss should cost a one-token step, not K+1).
+    proposal.num_draft = n
+    return proposal.cut(int(n.max()) if B else 0), scored
+
+
+def target_pass(dec: SpeculativeDecoder, state: BatchState, d: Draft) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits ``[B, N+1, V_t]`` after the root and after each node (and hidden ``[B, N+1, H]``
+    when the drafter reads features)."""
+    device = dec.target.model.device
+    feed = torch.cat([state.last[:, None], d.tokens.to(device)], dim=1)  # [B, N+1]
+    parents = None
+    if not d.is_chain:  # column 0 is the root; node i sits in column i + 1
+        parents = torch.cat([torch.full_like(feed[:, :1], -1), d.parent_index().to(device) + 1], dim=1)
+    t0 = time.perf_counter()
+    out = state.runner.forward(feed, parents=parents, return_hidden=dec.reads_features)
+    dt = time.perf_counter() - t0
+    stats = state.stats
+    stats.time_target += dt
+    stats.target_forwards += 1
+    stats.verify_width_seconds.setdefault(feed.shape[1], []).append(dt)
+    return out if dec.reads_features else (out, None)
+
+
+def verify_step(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: torch.Tensor) -> Verification:
+    """p = each row's transform of the target's logits; the verifier's outcome per row."""
+    t0 = time.perf_counter()
+    device = logits.device
+    p = logits_to_probs(_fit_vocab(logits.to(dec.dtype), dec.target.vocab_size), state.params)  # [B, N+1, V]
+    d = Draft(d.tokens.to(device), None if d.probs is None else d.probs.to(device), d.num_draft.to(device),
+              None if d.parents is None else d.parents.to(device), d.child_draw)
+    out = verify_draft(p, d, seeds=state.seeds, positions=state.positions().to(device), method=state.methods(),
+                       greedy=state.params.greedy.to(device), validate=False)
+    state.stats.time_verify += time.perf_counter() - t0
+    return out
+
+
+def commit(dec: SpeculativeDecoder, state: BatchState, d: Draft, out: Verification, hidden: torch.Tensor | None,
+           scored: torch.Tensor) -> list[RequestOutput]:
+    """Append what each row emitted, roll the caches back to it, end and retire finished rows."""
+    n_draft = d.num_draft.cpu()
+    account(state.stats, out, n_draft)
+    emitted = _emit(dec, state, out, n_draft)
+    state.policy.observe(out.num_accepted.cpu(), n_draft, scored, state.costs)
+    _rollback(dec, state, out, emitted, hidden)
+    outputs = [_output(dec, state, row, new) for row, new in zip(state.rows, emitted)]
+    _retire(dec, state)
+    return outputs
+
+
+def _emit(dec: SpeculativeDecoder, state: BatchState, out: Verification, n_draft: torch.Tensor) -> list[list[int]]:
+    """Per row, the emitted tokens, cut after an EOS; rows ending by EOS or length get their reason.
+
+    The stats count the whole verification first; tokens then dropped (after an EOS, or by a
+    stop string later) are taken back out by their origins, so stats describe only the tokens
+    returned.
+    """
+    n_emit, n_acc, n_dr = out.num_emitted.tolist(), out.num_accepted.tolist(), n_draft.tolist()
+    rows_tokens = out.tokens.tolist()
+    emitted = []
+    for b, row in enumerate(state.rows):
+        new = rows_tokens[b][: n_emit[b]]
+        # accepted drafts at slots 0..n_acc-1, then the bonus or the residual after a rejection
+        why = list(range(n_acc[b])) + [BONUS if n_acc[b] == n_dr[b] else residual_origin(n_acc[b])]
+        eos = next((i for i, t in enumerate(new) if t in dec.eos_ids), None)
+        if eos is not None:
+            uncount(state.stats, why[eos + 1:])
+            new, why = new[: eos + 1], why[: eos + 1]
+            row.finish = "eos"
+        row.generated += new
+        row.origins += why
+        if row.finish is None and row.remaining <= 0:
+            row.finish = "length"
+        emitted.append(new)
+    return emitted
+
+
+def _rollback(dec: SpeculativeDecoder, state: BatchState, out: Verification, emitted: list[list[int]],
+              hidden: torch.Tensor | None) -> None:
+    """The target keeps the root and the accepted path; the drafter learns what was emitted."""
+    device = state.runner.lengths.device
+    nodes = out.accepted_nodes().to(device)  # [B, N]
+    N = nodes.shape[1]
+    kept = torch.zeros(len(state), N + 1, dtype=torch.bool, device=device)
+    kept.scatter_(1, (nodes + 1).clamp_min(0), nodes >= 0)  # node i sits in column i + 1
+    kept[:, 0] = True  # the root: the token emitted last step
+    state.runner.commit(kept)
+    state.last = torch.tensor([r.generated[-1] if r.generated else r.prompt[-1] for r in state.rows],
+                              dtype=torch.int64, device=state.last.device)
+    if dec.drafter is None:
+        return
+    features = None
+    if hidden is not None:  # the target's features at the columns before each emitted token
+        root = torch.zeros(len(state), 1, dtype=torch.int64, device=device)
+        cols = torch.cat([root, (nodes + 1).clamp_min(0)], dim=1)  # [B, N+1]
+        feats = hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))
+        features = [feats[b, : len(e)] for b, e in enumerate(emitted)]
+    dec.drafter.update(emitted, features)
+
+
+def _output(dec: SpeculativeDecoder, state: BatchState, row: Row, new: list[int]) -> RequestOutput:
+    """The row's text (if tracked) and stop strings; its output for this step."""
+    text = ""
+    if row.text is not None:
+        piece = row.text.advance(dec.target.tokenizer, row.generated)
+        if row.finish is None and row.text.stop_in(piece):
+            new = _cut_at_stop(dec, state, row, new)
+        text = row.text.delta() if row.request.stream and row.finish is None else ""
+    completion = _complete(dec, row) if row.finish is not None else None
+    if completion is not None and row.text is not None and row.request.stream:
+        text = row.text.delta() + row.text.flush(completion.text)
+    return RequestOutput(row.request_id, new, text, completion)
+
+
+def _cut_at_stop(dec: SpeculativeDecoder, state: BatchState, row: Row, new: list[int]) -> list[int]:
+    """End the row at its earliest stop string: text cut before it, tokens after it dropped."""
+    tok = dec.target.tokenizer
+    full = tok.decode(row.generated, skip_special_tokens=True)
+    cut = find_stop(full, row.request.stop)
+    if cut is None:  # the incremental text and the full decode disagree: trust the full one
+        return new
+    n_keep = len(trim_to_text(tok, row.generated, full[:cut]))
+    dropped = len(row.generated) - n_keep
+    uncount(state.stats, row.origins[n_keep:])
+    row.generated, row.origins = row.generated[:n_keep], row.origins[:n_keep]
+    row.text.text = full[:cut]
+    row.finish = "stop"
+    return new[: max(0, len(new) - dropped)]
+
+
+def _complete(dec: SpeculativeDecoder, row: Row) -> Completion:
+    """The finished row: its final text (decoded once, or the stop-cut text)."""
+    if row.finish == "stop" and row.text is not None:
+        text = row.text.text
+    else:
+        text = dec.target.tokenizer.decode(row.generated, skip_special_tokens=True)
+    return Completion(row.request_id, list(row.generated), text, row.finish or "length")
+
+
+def _retire(dec: SpeculativeDecoder, state: BatchState) -> None:
+    """Finished rows leave the batch: the target's cache, the drafter and the engine's tensors."""
+    keep = [b for b, r in enumerate(state.rows) if r.finish is None]
+    if len(keep) == len(state):
+        return
+    index = torch.tensor(keep, dtype=torch.int64)
+    state.runner.select(index)
+    if dec.drafter is not None:
+        dec.drafter.keep(index)
+    state.keep(keep)
+
+
+def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
+    """Cut or pad (with -inf) the target's logits to the engine's vocabulary size V."""
+    Vt = logits.shape[-1]
+    if Vt == V:
+        return logits
+    if Vt > V:
+        return logits[..., :V]
+    return torch.cat([logits, logits.new_full((*logits.shape[:-1], V - Vt), -math.inf)], dim=-1)

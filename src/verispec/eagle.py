@@ -36,7 +36,8 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from .models import CausalLM, ModelLoadError, fp16_linear, pack_weight, packed_linear
+from .models import CausalLM, ModelLoadError
+from .models.kernels import fp16_linear, pack_weight, packed_linear
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]

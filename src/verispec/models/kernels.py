@@ -1,10 +1,16 @@
 """CPU kernels for loaded models: packed and float16 linears, the output head, GQA attention.
 
-* :func:`fast_lm_head`: the output head as ``(W @ x.T).T``;
+On a CPU a decode step is bound by reading the weights, and the generic paths that HF and
+``F.linear`` take are tuned for other shapes or other devices. The kernels here replace them, in
+place and with the same weights, for the shapes speculative decoding runs (a few rows per pass):
+
+* :func:`fast_lm_head`: the output head as ``(W @ x.T).T`` (MKL's better path for a few rows);
 * :func:`fast_small_linears`: every ``nn.Linear`` gets a oneDNN-packed copy of its weight
   (:func:`pack_weight`, :func:`packed_linear`), used for the few-row inputs of a verify pass;
 * :func:`gqa_attention`: HF's SDPA attention without its per-group K/V copies;
 * :func:`fp16_linear`: a float16 fbgemm copy of a weight (the EAGLE head's draft steps).
+
+Measured costs are in BENCHMARKS.md ("Pass costs", ``python -m verispec.bench.pass_costs``).
 """
 
 from __future__ import annotations
@@ -53,9 +59,9 @@ def _sdpa_gqa_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
 
 def gqa_attention(model: nn.Module) -> bool:
     """Switch a CPU model that runs HF's ``"sdpa"`` attention to :func:`_sdpa_gqa_forward` (same
-    masks, same kernel, bit-identical outputs; for SmolLM2-135M a 9-token pass took ~6 ms (7%)
-    less, a 5-token one the same within noise: ``python -m verispec.bench.pass_costs``).
-    Returns whether it switched; other models and attention types are left alone."""
+    masks, same kernel, bit-identical outputs). Multi-token masked passes (a verify pass) skip
+    HF's K/V copies; one-token passes run HF's code unchanged. Returns whether it switched;
+    other models and attention types are left alone."""
     config = getattr(model, "config", None)
     if (config is None or getattr(config, "_attn_implementation", None) != "sdpa"
             or not hasattr(model, "set_attn_implementation") or next(model.parameters()).device.type != "cpu"):
@@ -76,7 +82,7 @@ def gqa_attention(model: nn.Module) -> bool:
 
 
 def _fast_linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``F.linear`` computed as ``(W @ x.T).T``: 2-3x faster for 2-9 rows with MKL on AVX2 CPUs."""
+    """``F.linear`` computed as ``(W @ x.T).T``, which MKL runs faster for a few rows on a CPU."""
     flat = x.reshape(-1, x.shape[-1])
     out = torch.mm(self.weight, flat.t()).t().contiguous()
     if self.bias is not None:
@@ -94,6 +100,10 @@ def fast_lm_head(model: nn.Module) -> None:
     head = get_head() if callable(get_head) else None
     if isinstance(head, nn.Linear) and type(head).forward is nn.Linear.forward:
         head.forward = types.MethodType(_fast_linear_forward, head)  # type: ignore[method-assign]
+
+
+# ----------------------------------------------------------------------------------------------
+# packed and float16 linears
 
 
 def pack_weight(weight: torch.Tensor, pack_rows: int = 8) -> torch.Tensor | None:
@@ -120,8 +130,8 @@ def fp16_linear(weight: torch.Tensor, bias: torch.Tensor | None = None
 
     Half the bytes of float32 for one rounding of the weights to float16 (~5e-4 relative).
     For drafting, where a step reads every weight for a row or two and is bound by memory
-    traffic: the EAGLE head's step took 2.1-2.4 ms with these against 2.7-2.9 ms with
-    :func:`pack_weight` (three A/B rounds in generation; c 0.044 vs 0.062 in BENCHMARKS.md).
+    traffic, so halving the bytes read makes the EAGLE head's step cheaper than with
+    :func:`pack_weight` (measured in BENCHMARKS.md: float16 against float32 draft weights).
     torch flags these fbgemm ops deprecated (still in the pinned 2.13); the warning is silenced
     here, and a build without them gets None.
     """
@@ -160,13 +170,11 @@ def fast_small_linears(model: nn.Module, max_rows: int = 16, pack_rows: int = 8,
     how many layers were changed).
 
     Why: on a CPU a decode step is bound by reading the weights, so a K+1-token verify pass
-    should cost about one token's step. With ``F.linear`` (MKL GEMM, nothing reused between
-    calls) it cost ~1.5x a one-row step on SmolLM2-135M; with the weight packed once for
-    oneDNN, ~1.1-1.2x (measured, BENCHMARKS.md). One row keeps ``F.linear`` in the decoder
-    layers (as fast there). The output head (49152 x 576 for SmolLM2) is packed for one row too:
-    there the packed matmul took 4.1-4.8 ms against 8.3-8.9 ms for one row and 5.8-6.6 ms
-    against 9.8-11.1 ms for five (2 threads, this project's CPU machine;
-    ``python -m verispec.bench.pass_costs``).
+    should cost about one token's step. ``F.linear`` (MKL GEMM, nothing reused between calls)
+    makes a few-row pass cost clearly more than a one-row step; with the weight packed once for
+    oneDNN it comes close (BENCHMARKS.md). One row keeps ``F.linear`` in the decoder layers (as
+    fast there). The output head (49152 x 576 for SmolLM2) is packed for one row too, where the
+    packed matmul beats the unpacked one (``python -m verispec.bench.pass_costs``).
     Only float32 CPU weights, and only where this torch build has the oneDNN ops; results
     equal ``F.linear`` to float32 rounding (max abs difference ~1e-4 on layer outputs).
     Costs one more copy of the weights in memory.

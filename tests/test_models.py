@@ -1,4 +1,4 @@
-"""Tests for verispec.models (loading) and verispec.testing (tiny offline models)."""
+"""Tests for verispec.models (loading, CPU kernels) and verispec.testing (tiny offline models)."""
 
 from __future__ import annotations
 
@@ -403,3 +403,82 @@ def test_gqa_attention_is_bit_identical_to_hf_sdpa() -> None:
     for a, b in zip(*outs):
         assert torch.equal(a, b)
 
+
+# ---------------------------------------------------------------------------------------------- CPU kernels by device
+
+
+def _kernels_in(model: nn.Module) -> set[str]:
+    """Which of the CPU kernels a model carries (see verispec.models.kernels)."""
+    found = set()
+    if "forward" in vars(model.get_output_embeddings()):
+        found.add("fast_lm_head")
+    if any(hasattr(m, "packed_weight") for m in model.modules()):
+        found.add("fast_small_linears")
+    if model.config._attn_implementation == "verispec_sdpa":
+        found.add("gqa_attention")
+    return found
+
+
+def _cpu_kernels_expected(model: nn.Module) -> set[str]:
+    """What a CPU float32 model gets from this torch build (the oneDNN ops and HF's sdpa attention
+    may be missing elsewhere)."""
+    want = {"fast_lm_head"}
+    if torch.backends.mkldnn.is_available():
+        want.add("fast_small_linears")
+    if model.config._attn_implementation in ("sdpa", "verispec_sdpa"):
+        want.add("gqa_attention")
+    return want
+
+
+def test_load_installs_the_cpu_kernels_on_a_cpu_model(tiny_dir: Path) -> None:
+    lm = load_causal_lm(tiny_dir)
+    assert lm.model.device.type == "cpu"
+    assert _kernels_in(lm.model) == _cpu_kernels_expected(lm.model) and "fast_lm_head" in _kernels_in(lm.model)
+    plain = load_causal_lm(tiny_dir, fast_head=False, fast_linears=False, fast_attention=False)
+    assert _kernels_in(plain.model) == set()
+
+
+def test_load_leaves_hf_modules_on_a_model_off_the_cpu(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that lands on another device (here "meta", moved there as loading finishes) gets
+    none of the CPU kernels: its head, linears and attention stay HF's."""
+    from verispec.models import loading
+
+    real_finalize = loading._finalize
+
+    def finalize_on_meta(model, tok, dtype):  # type: ignore[no-untyped-def]
+        real_finalize(model, tok, dtype)
+        model.to("meta")
+
+    monkeypatch.setattr(loading, "_finalize", finalize_on_meta)
+    lm = load_causal_lm(tiny_dir)
+    assert lm.model.device.type == "meta"
+    assert _kernels_in(lm.model) == set()
+
+
+def test_apply_cpu_kernels_goes_by_the_model_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device check itself decides: a CPU model said to be on another device keeps HF's
+    modules (each kernel alone would accept its CPU weights); on the CPU every kernel goes in."""
+    from verispec.models import KERNELS, apply_cpu_kernels, kernels
+
+    lm = tiny_llama(seed=3, dtype=torch.float32)
+    for fake in ("cuda", "mps", "meta"):
+        monkeypatch.setattr(kernels, "model_device", lambda model, fake=fake: torch.device(fake))
+        assert apply_cpu_kernels(lm.model) == ()
+        assert _kernels_in(lm.model) == set()
+    monkeypatch.undo()
+    want = _cpu_kernels_expected(lm.model)
+    assert apply_cpu_kernels(lm.model) == tuple(k for k in KERNELS if k in want)
+    assert _kernels_in(lm.model) == want
+    assert apply_cpu_kernels(lm.model) == ()  # idempotent: nothing left to install
+
+
+def test_each_cpu_kernel_refuses_weights_off_the_cpu() -> None:
+    from verispec.models import fast_small_linears, fp16_linear, gqa_attention, model_device, pack_weight
+
+    lm = tiny_llama(seed=3, dtype=torch.float32)
+    lm.model.to("meta")
+    assert model_device(lm.model).type == "meta"
+    assert not fast_lm_head(lm.model) and fast_small_linears(lm.model) == 0 and not gqa_attention(lm.model)
+    assert _kernels_in(lm.model) == set()
+    w = torch.zeros(4, 3, device="meta")
+    assert pack_weight(w) is None and fp16_linear(w) is None

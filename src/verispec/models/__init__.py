@@ -4,7 +4,8 @@
 * ``hf``: HF model directories, tokenizers and vocab maps (safetensors only), ``ModelLoadError``;
 * ``gguf``: GGUF files, dequantised;
 * ``builtin``: the built-in models (``BUILTIN_MODELS``) and their atomic cache (``cache_dir``);
-* ``kernels``: the CPU kernels (packed and float16 linears, the fast output head, GQA attention).
+* ``kernels``: the CPU kernels (packed and float16 linears, the fast output head, GQA attention)
+  and :func:`apply_cpu_kernels`, which installs them only on CPU models.
 
 Every name other modules use is importable from ``verispec.models`` itself.
 """
@@ -14,11 +15,14 @@ from __future__ import annotations
 from .builtin import _CACHE_MARKER, BUILTIN_MODELS, DRAFT_DIR, _smollm2_gguf, cache_dir
 from .hf import VOCAB_MAP_FILE, ModelLoadError, _quiet
 from .kernels import (
+    KERNELS,
     _fast_linear_forward,
+    apply_cpu_kernels,
     fast_lm_head,
     fast_small_linears,
     fp16_linear,
     gqa_attention,
+    model_device,
     pack_weight,
     packed_linear,
 )
@@ -40,4 +44,7 @@ __all__ = [
     "fp16_linear",
     "fast_lm_head",
     "load_causal_lm",
+    "KERNELS",
+    "apply_cpu_kernels",
+    "model_device",
 ]

@@ -10,7 +10,11 @@ place and with the same weights, for the shapes speculative decoding runs (a few
 * :func:`gqa_attention`: HF's SDPA attention without its per-group K/V copies;
 * :func:`fp16_linear`: a float16 fbgemm copy of a weight (the EAGLE head's draft steps).
 
-Measured costs are in BENCHMARKS.md ("Pass costs", ``python -m verispec.bench.pass_costs``).
+All of them are CPU-specific (oneDNN, fbgemm, MKL's behaviour, torch's CPU SDPA kernel).
+:func:`apply_cpu_kernels` is what loading calls: it installs the chosen kernels only when the
+model lies on the CPU and leaves the plain HF modules on any other device; each kernel also
+checks the device of what it is given. Measured costs are in BENCHMARKS.md ("Pass costs",
+``python -m verispec.bench.pass_costs``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ import torch
 from torch import nn
 
 __all__ = [
+    "KERNELS",
+    "apply_cpu_kernels",
+    "model_device",
     "fast_lm_head",
     "fast_small_linears",
     "gqa_attention",
@@ -30,6 +37,42 @@ __all__ = [
     "packed_linear",
     "fp16_linear",
 ]
+
+KERNELS = ("fast_lm_head", "fast_small_linears", "gqa_attention")  # what apply_cpu_kernels installs, in order
+
+
+# ----------------------------------------------------------------------------------------------
+# choosing kernels by device
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device a model runs on: HF's ``model.device``, else its first parameter's (CPU if none)."""
+    dev = getattr(model, "device", None)
+    if isinstance(dev, torch.device):
+        return dev
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def apply_cpu_kernels(model: nn.Module, *, head: bool = True, linears: bool = True,
+                      attention: bool = True) -> tuple[str, ...]:
+    """Install the chosen CPU kernels on ``model`` (in place) if it lies on the CPU.
+
+    ``head``: :func:`fast_lm_head`; ``linears``: :func:`fast_small_linears`; ``attention``:
+    :func:`gqa_attention` (applied in that order, as :data:`KERNELS` lists them). A model on any
+    other device (CUDA, MPS, meta, ...) keeps its plain HF modules. Returns the names of the
+    kernels that changed the model.
+    """
+    if model_device(model).type != "cpu":
+        return ()
+    done: list[str] = []
+    if head and fast_lm_head(model):
+        done.append("fast_lm_head")
+    if linears and fast_small_linears(model):
+        done.append("fast_small_linears")
+    if attention and gqa_attention(model):
+        done.append("gqa_attention")
+    return tuple(done)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -61,7 +104,7 @@ def gqa_attention(model: nn.Module) -> bool:
     """Switch a CPU model that runs HF's ``"sdpa"`` attention to :func:`_sdpa_gqa_forward` (same
     masks, same kernel, bit-identical outputs). Multi-token masked passes (a verify pass) skip
     HF's K/V copies; one-token passes run HF's code unchanged. Returns whether it switched;
-    other models and attention types are left alone."""
+    other models, attention types and devices are left alone."""
     config = getattr(model, "config", None)
     if (config is None or getattr(config, "_attn_implementation", None) != "sdpa"
             or not hasattr(model, "set_attn_implementation") or next(model.parameters()).device.type != "cpu"):
@@ -90,16 +133,21 @@ def _fast_linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out.reshape(*x.shape[:-1], self.weight.shape[0])
 
 
-def fast_lm_head(model: nn.Module) -> None:
-    """Swap the model's output head forward to ``(W @ x.T).T`` (in place; idempotent).
+def fast_lm_head(model: nn.Module) -> bool:
+    """Swap the model's output head forward to ``(W @ x.T).T`` (in place; idempotent). Returns
+    whether it swapped it now.
 
     Same weights and same results up to float rounding (max abs difference ~1e-6 in fp32);
-    outputs stay contiguous. Models whose head is not an ``nn.Linear`` are left alone.
+    outputs stay contiguous. Heads that are not an ``nn.Linear``, or not on the CPU, are left
+    alone.
     """
     get_head = getattr(model, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
-    if isinstance(head, nn.Linear) and type(head).forward is nn.Linear.forward:
+    if (isinstance(head, nn.Linear) and type(head).forward is nn.Linear.forward and "forward" not in vars(head)
+            and head.weight.device.type == "cpu"):
         head.forward = types.MethodType(_fast_linear_forward, head)  # type: ignore[method-assign]
+        return True
+    return False
 
 
 # ----------------------------------------------------------------------------------------------

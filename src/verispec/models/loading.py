@@ -3,7 +3,8 @@
 ``load_causal_lm`` is the single entry point. It never unpickles (safetensors only), never goes
 to the network (``local_files_only=True``), and turns every user-facing failure into a
 ``ModelLoadError`` that names the argument and the problem. The readers it dispatches to live
-beside it (``hf``, ``gguf``, ``builtin``); the CPU kernels it installs are in ``kernels``.
+beside it (``hf``, ``gguf``, ``builtin``); a model that lands on the CPU then gets the CPU
+kernels of ``kernels`` (``apply_cpu_kernels``), a model on any other device keeps HF's modules.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 from .builtin import BUILTIN_MODELS, _builtin_dir
 from .gguf import _load_gguf
 from .hf import ModelLoadError, _has_tokenizer, _load_hf_dir, _load_tokenizer, _load_vocab_map, _quiet
-from .kernels import fast_lm_head, fast_small_linears, gqa_attention
+from .kernels import apply_cpu_kernels
 
 __all__ = ["CausalLM", "load_causal_lm"]
 
@@ -79,14 +80,16 @@ def load_causal_lm(
         trust_remote_code: passed to transformers for directories with custom model code.
         tokenizer: load the tokenizer from here instead (a directory, a ``.gguf`` file or a
             built-in name).
-        fast_head: replace the output head's forward by a faster, numerically equivalent
-            matmul for few rows (see ``fast_lm_head``).
+        fast_head: CPU models: replace the output head's forward by a faster, numerically
+            equivalent matmul for few rows (see ``fast_lm_head``).
         fast_linears: float32 on CPU: give the linear layers a oneDNN-packed weight copy for
             inputs of 2-16 rows (a verify pass; the output head 1-32 rows), see
             ``fast_small_linears``. Costs one more copy of those weights in memory.
         fast_attention: CPU models on HF's SDPA attention with grouped KV heads: a masked
             multi-token pass (a verify pass) lets SDPA share the KV heads instead of copying
             K and V per query group (``gqa_attention``; bit-identical results).
+            The three ``fast_*`` kernels are CPU kernels: they are installed only when the
+            loaded model lies on the CPU (``apply_cpu_kernels``).
         slice_vocab_map: for a draft with a full output head and a ``vocab_map.safetensors``,
             keep only the mapped rows of the head (what verispec runs). False keeps the full
             head and returns ``vocab_map=None`` (what HF assisted generation needs).
@@ -124,12 +127,7 @@ def load_causal_lm(
         else:
             vocab_map = None
     _finalize(model, tok, dtype)
-    if fast_head:
-        fast_lm_head(model)
-    if fast_linears:
-        fast_small_linears(model)
-    if fast_attention:
-        gqa_attention(model)
+    apply_cpu_kernels(model, head=fast_head, linears=fast_linears, attention=fast_attention)
     return CausalLM(model=model, tokenizer=tok, name=name, vocab_map=vocab_map)
 
 

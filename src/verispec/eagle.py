@@ -36,7 +36,8 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from .models import CausalLM, ModelLoadError, fp16_linear, pack_weight, packed_linear
+from .models import CausalLM, ModelLoadError
+from .models.kernels import fp16_linear, pack_weight, packed_linear
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
@@ -163,12 +164,13 @@ class _FastStep:
     Same math and the same HF cache object as the reference
     (``EagleDraftModel.reference_forward_hidden``, which the tests compare it with), without the
     per-call work of the HF model classes (output records, mask building, module hooks), which
-    took about 1.5-2 ms of the 4.3-5 ms one-token draft step in generation (profiled with
-    cProfile). For a float32 CPU head every matmul of up to 32 rows goes through a oneDNN-packed
-    copy of its weight, or with ``fp16=True`` every matmul through a float16 copy
-    (:func:`verispec.models.fp16_linear`; float32 in, out and accumulation); other dtypes and
-    devices use ``F.linear``. The copies are made at construction: bind again after changing
-    the head.
+    is a large share of a one-token draft step for a model this small (profiled with cProfile).
+    The matmuls are the CPU kernels of :mod:`verispec.models.kernels` only for a head whose
+    weights and output rows all lie on the CPU: there, for float32, every matmul of up to 32
+    rows goes through a oneDNN-packed copy of its weight, or with ``fp16=True`` every matmul
+    through a float16 copy (:func:`verispec.models.kernels.fp16_linear`; float32 in, out and
+    accumulation). Other dtypes use ``F.linear``, and so does every matmul on any other device.
+    The copies are made at construction: bind again after changing the head.
     """
 
     @staticmethod
@@ -183,12 +185,13 @@ class _FastStep:
         mods = {"fc": head.fc, "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
                 "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
         weights = {n: (m.weight, m.bias) for n, m in mods.items()} | {"out": (out_rows, None)}
-        half = {n: fp16_linear(w, b) for n, (w, b) in weights.items()} if fp16 else {}
+        self.cpu = all(t.device.type == "cpu" for w, b in weights.values() for t in (w, b) if t is not None)
+        half = {n: fp16_linear(w, b) for n, (w, b) in weights.items()} if fp16 and self.cpu else {}
         self.fp16 = bool(half) and all(f is not None for f in half.values())
         if self.fp16:
             self.linear = half
         else:
-            self.linear = {n: _packed_fn(w, b) for n, (w, b) in weights.items()}
+            self.linear = {n: _linear_fn(w, b, cpu_kernels=self.cpu) for n, (w, b) in weights.items()}
         self.head_dim = attn.head_dim
 
     def __call__(self, embeds: torch.Tensor, features: torch.Tensor, *, logits_to_keep: int,
@@ -220,10 +223,11 @@ class _FastStep:
         return logits.view(B, keep.shape[1], -1), f_hat
 
 
-def _packed_fn(weight: torch.Tensor, bias: torch.Tensor | None):
-    """``x [N, in] -> [N, out]`` through a oneDNN-packed copy of the weight for up to 32 rows
-    (8191 output rows, one row: 0.4-0.5 ms against 1.1-1.5 ms unpacked), else ``F.linear``."""
-    packed = pack_weight(weight)
+def _linear_fn(weight: torch.Tensor, bias: torch.Tensor | None, *, cpu_kernels: bool):
+    """``x [N, in] -> [N, out]``: with ``cpu_kernels`` through a oneDNN-packed copy of the weight
+    for up to 32 rows (faster for the few rows of a draft step: BENCHMARKS.md, "Pass costs"),
+    else (or where the weight cannot be packed) ``F.linear``."""
+    packed = pack_weight(weight) if cpu_kernels else None
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
 
@@ -327,10 +331,11 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
     """Attach a loaded head to ``target``'s embedding and output rows (checks the shapes).
 
     ``weights`` (what each draft step reads): ``"fp32"``, ``"fp16"`` (float16 copies of the
-    head's weights and output rows, half the memory traffic; float32 CPU heads with fbgemm
-    only), or ``"auto"``: fp16 where available, else fp32. Rounding the draft's weights changes
-    which tokens it proposes, never the output distribution (the verifier sees the q each
-    draft was sampled from).
+    head's weights and output rows, half the memory traffic; a CPU kernel: float32 CPU targets
+    with fbgemm only), or ``"auto"``: fp16 where available, else fp32. Rounding the draft's
+    weights changes which tokens it proposes, never the output distribution (the verifier sees
+    the q each draft was sampled from). The head moves to the target's device and dtype; off the
+    CPU its draft steps use no CPU kernel (see ``_FastStep``).
     """
     if weights not in DRAFT_WEIGHTS:
         raise ValueError(f"weights must be one of {DRAFT_WEIGHTS}, got {weights!r}")
@@ -345,7 +350,7 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
         if int(files.vocab_map.max()) >= V or int(files.vocab_map.min()) < 0:
             raise ValueError(f"EAGLE vocab_map has ids outside the target's head [0, {V})")
         out = out[files.vocab_map]
-    head = files.head.to(out.dtype)  # (drafting runs it through _FastStep, with its own weight copies)
+    head = files.head.to(device=out.device, dtype=out.dtype)  # (drafting: _FastStep, with its own weight copies)
     draft = EagleDraftModel(head, model.get_input_embeddings(), out.contiguous(), fp16=weights != "fp32")
     if weights == "fp16" and not draft.fp16:
         raise ValueError(f"weights='fp16' needs a float32 CPU target and a torch build with fbgemm "

@@ -1,0 +1,50 @@
+"""Models: loading causal LMs (HF directories, GGUF files, built-in names) and their CPU kernels.
+
+* ``loading``: :func:`load_causal_lm`, the single entry point, and :class:`CausalLM`;
+* ``hf``: HF model directories, tokenizers and vocab maps (safetensors only), ``ModelLoadError``;
+* ``gguf``: GGUF files, dequantised;
+* ``builtin``: the built-in models (``BUILTIN_MODELS``) and their atomic cache (``cache_dir``);
+* ``kernels``: the CPU kernels (packed and float16 linears, the fast output head, GQA attention)
+  and :func:`apply_cpu_kernels`, which installs them only on CPU models.
+
+Every name other modules use is importable from ``verispec.models`` itself.
+"""
+
+from __future__ import annotations
+
+from .builtin import _CACHE_MARKER, BUILTIN_MODELS, DRAFT_DIR, _smollm2_gguf, cache_dir
+from .hf import VOCAB_MAP_FILE, ModelLoadError, _quiet
+from .kernels import (
+    KERNELS,
+    _fast_linear_forward,
+    apply_cpu_kernels,
+    fast_lm_head,
+    fast_small_linears,
+    fp16_linear,
+    gqa_attention,
+    model_device,
+    pack_weight,
+    packed_linear,
+)
+from .loading import CausalLM, _slice_head, load_causal_lm
+
+# Private names above are the ones other modules and tests use today (distill: _quiet; tests:
+# _slice_head, _fast_linear_forward, _smollm2_gguf, _CACHE_MARKER). Monkeypatch a loader's
+# globals in the submodule that defines them (e.g. ``verispec.models.builtin``), not here.
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "CausalLM",
+    "ModelLoadError",
+    "cache_dir",
+    "fast_small_linears",
+    "gqa_attention",
+    "pack_weight",
+    "packed_linear",
+    "fp16_linear",
+    "fast_lm_head",
+    "load_causal_lm",
+    "KERNELS",
+    "apply_cpu_kernels",
+    "model_device",
+]

@@ -800,7 +800,7 @@ def measure_acceptance(target, drafter, *, workloads: str = "code,chat,grounded"
                        max_new_tokens: int = 48, k: int = 4) -> dict[str, dict[str, float]]:
     """alpha (per tested token), draft acceptance and tau of ``drafter`` with the engine (greedy,
     fixed ``k``) on the first ``limit`` prompts of each built-in bench workload, one batch each."""
-    from .bench.workloads import load_workload
+    from .workloads import load_workload
     from .engine import SpeculativeDecoder
     from .sampling import SamplingParams
 

@@ -9,9 +9,10 @@ output rows, so it holds no copy of them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,10 +20,15 @@ from .config import DistillConfig
 from .measure import measure_acceptance, measure_cost
 from .progress import progress_bar
 
+if TYPE_CHECKING:
+    from ..eagle import EagleFiles, EagleHead
+    from ..models import CausalLM
+
+
 __all__ = ["init_head", "train_export_eagle"]
 
 
-def init_head(spec: str):
+def init_head(spec: str) -> EagleFiles:
     """The EAGLE head files to fine-tune from: a built-in name ("eagle") or a head directory."""
     from ..drafters import eagle_head_dir
     from ..eagle import load_eagle_head
@@ -33,7 +39,7 @@ def init_head(spec: str):
     return load_eagle_head(path)
 
 
-def check_init_head(init, cfg: DistillConfig, target) -> None:
+def check_init_head(init: EagleFiles, cfg: DistillConfig, target: CausalLM) -> None:
     """Refuse a head ``init`` made for another target (other hidden or intermediate size)."""
     c, ct = init.head.config, target.model.config
     if (c.hidden_size, c.intermediate_size) != (ct.hidden_size, ct.intermediate_size):
@@ -41,7 +47,8 @@ def check_init_head(init, cfg: DistillConfig, target) -> None:
                          f"target than {cfg.target!r} (hidden {ct.hidden_size})")
 
 
-def _export_and_measure(cfg: DistillConfig, out: Path, tgt, head, vmap: torch.Tensor, measure: bool) -> dict:
+def _export_and_measure(cfg: DistillConfig, out: Path, tgt: CausalLM, head: EagleHead, vmap: torch.Tensor,
+                        measure: bool) -> dict:
     """Write the head (with ``vmap`` when it is not the full vocabulary); its size in bytes, and
     when ``measure`` its cost c and acceptance."""
     from ..eagle import save_eagle_head
@@ -60,9 +67,9 @@ def _export_and_measure(cfg: DistillConfig, out: Path, tgt, head, vmap: torch.Te
     return summary
 
 
-def train_export_eagle(cfg: DistillConfig, out: Path, tgt, tr_files: list[Path], he_files: list[Path],
+def train_export_eagle(cfg: DistillConfig, out: Path, tgt: CausalLM, tr_files: list[Path], he_files: list[Path],
                        vmap: torch.Tensor, sample_weight: torch.Tensor, stages: Sequence[str], measure: bool,
-                       progress: bool, log, init=None) -> dict:
+                       progress: bool, log: Callable[[str], None], init: EagleHead | None = None) -> dict:
     """Target features for every label shard, then the EAGLE head over the ``vmap [N]`` rows
     (from ``init``'s weights when given; ``sample_weight [n_train_seqs]`` weights the training
     sequences), exported as ``eagle_config.json`` + ``eagle.safetensors`` when "export" is in

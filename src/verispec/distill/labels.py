@@ -14,10 +14,17 @@ A label shard is a dict of tensors over ``N`` sequences of ``L`` tokens:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from .config import TOPK
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from ..models import CausalLM
+
 
 __all__ = ["generate_chat", "generate_labelled", "label_chunks"]
 
@@ -32,7 +39,7 @@ def _topk_logprobs(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.inference_mode()
-def label_chunks(model, ids: torch.Tensor, batch: int = 4) -> dict[str, torch.Tensor]:
+def label_chunks(model: PreTrainedModel, ids: torch.Tensor, batch: int = 4) -> dict[str, torch.Tensor]:
     """Teacher forcing over ``ids [N, L]``, ``batch`` rows per forward pass: a label shard whose
     label at position t is the target's top-k for token t+1."""
     out_ids, out_lp = [], []
@@ -75,7 +82,7 @@ def _continuation_shard(seq: torch.Tensor, topk_ids: torch.Tensor, topk_lp: torc
 
 
 @torch.inference_mode()
-def generate_labelled(model, prompts: torch.Tensor, length: int, *, temperature: float = 0.0,
+def generate_labelled(model: PreTrainedModel, prompts: torch.Tensor, length: int, *, temperature: float = 0.0,
                       seed: int = 0, eos_id: int | None = None) -> dict[str, torch.Tensor]:
     """Continue ``prompts [B, P]`` to ``length`` tokens with the target (greedy, ties to the lowest
     id, or sampled at ``temperature``), keeping the target's top-k at every position.
@@ -107,7 +114,7 @@ def generate_labelled(model, prompts: torch.Tensor, length: int, *, temperature:
     return _continuation_shard(torch.cat(seq, dim=1), torch.cat(ids, dim=1), torch.cat(lps, dim=1), P, eos_id)
 
 
-def generate_chat(target, messages: Sequence[str], length: int, max_new: int, *, temperature: float = 0.0,
+def generate_chat(target: CausalLM, messages: Sequence[str], length: int, max_new: int, *, temperature: float = 0.0,
                   seed: int = 0, batch: int = 4) -> dict[str, torch.Tensor]:
     """The target's answers to chat ``messages`` (its chat template, one batched generation with
     verispec's engine, target only), labelled by teacher forcing over prompt + answer.

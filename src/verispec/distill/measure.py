@@ -4,8 +4,13 @@ with the engine on the built-in workloads."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from ..models import CausalLM
+
 
 __all__ = ["measure_acceptance", "measure_cost"]
 
@@ -49,7 +54,7 @@ def _draft_step_times(target, draft, ids: list[int], steps: int) -> list[float]:
     return ts
 
 
-def measure_cost(target, draft, prompt: str = "def fibonacci(n):\n    ", steps: int = 48, repeats: int = 3
+def measure_cost(target: CausalLM, draft, prompt: str = "def fibonacci(n):\n    ", steps: int = 48, repeats: int = 3
                  ) -> dict[str, float]:
     """c = draft step time / target step time, one-token steps through verispec's ``KVRunner``
     (``draft``: a drafter, or a model applied with its vocab map as ``ModelDrafter`` does).
@@ -66,7 +71,7 @@ def measure_cost(target, draft, prompt: str = "def fibonacci(n):\n    ", steps: 
     return {"target_step_s": med(tt), "draft_step_s": med(td), "c": med(td) / med(tt)}
 
 
-def measure_acceptance(target, drafter, *, workloads: str = "code,chat,grounded", limit: int = 2,
+def measure_acceptance(target: CausalLM, drafter, *, workloads: str = "code,chat,grounded", limit: int = 2,
                        max_new_tokens: int = 48, k: int = 4) -> dict[str, dict[str, float]]:
     """alpha (per tested token), draft acceptance and tau of ``drafter`` with the engine (greedy,
     fixed ``k``) on the first ``limit`` prompts of each built-in workload, one batch each of

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,12 +24,19 @@ from .student import export_student, parse_arch
 from .train import train_student
 from .vocab_map import coverage, run_vocab_map
 
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM
+
+    from ..eagle import EagleFiles
+    from ..models import CausalLM
+
+
 __all__ = ["distill"]
 
 STAGES = ("label", "train", "export")
 
 
-def _check_config(cfg: DistillConfig, stages: Sequence[str]):
+def _check_config(cfg: DistillConfig, stages: Sequence[str]) -> EagleFiles | None:
     """Refuse bad settings before anything is written; returns the EAGLE head files of
     ``cfg.init_from`` (or None)."""
     if cfg.arch != "eagle":
@@ -44,7 +52,7 @@ def _check_config(cfg: DistillConfig, stages: Sequence[str]):
     return init
 
 
-def _label_stage(cfg: DistillConfig, out: Path, tgt, corpus: Sequence[str | os.PathLike], stdlib: bool,
+def _label_stage(cfg: DistillConfig, out: Path, tgt: CausalLM, corpus: Sequence[str | os.PathLike], stdlib: bool,
                  progress: bool) -> dict:
     """Tokenize the corpus and write the missing label shards; the summary's ``corpus`` and ``labels``."""
     train_s, held_s, info = prepare_streams(tgt.tokenizer, corpus, out, stdlib=stdlib)
@@ -60,7 +68,8 @@ def _data_summary(train: LabelSet, held: LabelSet, vmap: torch.Tensor) -> dict:
             "vocab_map_heldout_argmax_coverage": coverage(held, vmap)}
 
 
-def _export_student(cfg: DistillConfig, out: Path, tgt, student, vmap: torch.Tensor, measure: bool) -> dict:
+def _export_student(cfg: DistillConfig, out: Path, tgt: CausalLM, student: LlamaForCausalLM, vmap: torch.Tensor,
+                    measure: bool) -> dict:
     """Export the student into ``out`` (with ``vmap`` unless it is the full vocabulary); its size in
     bytes, and when ``measure`` the exported draft's cost c and acceptance."""
     from ..models import load_causal_lm
@@ -76,8 +85,8 @@ def _export_student(cfg: DistillConfig, out: Path, tgt, student, vmap: torch.Ten
     return summary
 
 
-def _train_stage(cfg: DistillConfig, out: Path, tgt, stages: Sequence[str], measure: bool, progress: bool, log,
-                 init=None) -> dict:
+def _train_stage(cfg: DistillConfig, out: Path, tgt: CausalLM, stages: Sequence[str], measure: bool, progress: bool,
+                 log: Callable[[str], None], init: EagleFiles | None = None) -> dict:
     """Load the label shards, fix the vocab map, train (or resume) the student or EAGLE head and,
     when "export" is in ``stages``, export it; the summary's ``data``, ``train`` and export entries."""
     tr_files, he_files = label_files(out, "train"), label_files(out, "heldout")

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
 __all__ = ["NullBar", "progress_bar"]
 
 
@@ -24,7 +29,7 @@ class NullBar:
         return False
 
 
-def progress_bar(enabled: bool):
+def progress_bar(enabled: bool) -> Progress | NullBar:
     """A context manager with ``add_task`` / ``update`` / ``advance``: rich's bar when ``enabled``."""
     if not enabled:
         return NullBar()

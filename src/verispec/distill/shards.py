@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +18,10 @@ from ..training import atomic_save
 from .config import DistillConfig, mix
 from .labels import generate_chat, generate_labelled, label_chunks
 from .progress import progress_bar
+
+if TYPE_CHECKING:
+    from ..models import CausalLM
+
 
 __all__ = ["make_labels", "shard_path"]
 
@@ -67,7 +72,7 @@ def _def_header_ends(stream: torch.Tensor, tok, min_start: int) -> torch.Tensor:
     return torch.tensor(keep, dtype=torch.int64)
 
 
-def _chat_shard(cfg: DistillConfig, target, split: str, index: int,
+def _chat_shard(cfg: DistillConfig, target: CausalLM, split: str, index: int,
                 files: tuple[list[Path], list[Path]] | None) -> dict[str, torch.Tensor]:
     """Shard ``index`` of the split's chat prompts (``cfg.chat_batch`` of them), answered by the target."""
     if files is None:
@@ -108,7 +113,7 @@ def _prompts(cfg: DistillConfig, split: str, kind: str, stream: torch.Tensor, g:
     return torch.stack([stream[s:s + cfg.prompt_len] for s in starts])
 
 
-def _self_distilled_shard(cfg: DistillConfig, target, index: int, prompts: torch.Tensor
+def _self_distilled_shard(cfg: DistillConfig, target: CausalLM, index: int, prompts: torch.Tensor
                           ) -> dict[str, torch.Tensor]:
     """The target's continuations of ``prompts [n, P]`` to ``seq_len`` tokens, ``gen_batch`` at a
     time; every ``sample_every``-th batch (counted over the whole kind) is sampled at T=1."""
@@ -122,7 +127,7 @@ def _self_distilled_shard(cfg: DistillConfig, target, index: int, prompts: torch
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 
-def make_labels(cfg: DistillConfig, out: Path, target, train_stream: torch.Tensor, held_stream: torch.Tensor,
+def make_labels(cfg: DistillConfig, out: Path, target: CausalLM, train_stream: torch.Tensor, held_stream: torch.Tensor,
                 progress: bool = True, files: tuple[list[Path], list[Path]] | None = None) -> dict:
     """Write every missing label shard (held-out first), from the token streams ``[T]`` of each split.
 

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..training import atomic_json, atomic_save
+
+if TYPE_CHECKING:
+    from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig
+
+    from ..models import CausalLM
+
 
 __all__ = ["build_student", "export_student", "parse_arch", "pca_embedding", "student_config", "student_logits"]
 
@@ -34,7 +41,7 @@ def parse_arch(arch: str) -> dict[str, int]:
     return {"layers": spec["l"], "hidden": spec["h"], "intermediate": spec.get("i", 3 * spec["h"])}
 
 
-def student_config(target_config, arch: str):
+def student_config(target_config: PretrainedConfig, arch: str) -> LlamaConfig:
     """A LlamaConfig for the student: the target's vocabulary, RoPE and special ids, tied embeddings;
     heads of 32 dims (16 when ``hidden`` is not a multiple of 32)."""
     from transformers import LlamaConfig
@@ -68,7 +75,7 @@ def pca_embedding(embedding: torch.Tensor, width: int) -> tuple[torch.Tensor, fl
     return (e @ top).float(), kept
 
 
-def build_student(target, arch: str, seed: int = 0):
+def build_student(target: CausalLM, arch: str, seed: int = 0) -> tuple[LlamaForCausalLM, float]:
     """A fresh student (weights drawn from ``seed``) whose tied embedding is the PCA projection of
     the target's. Returns the model and the fraction of embedding variance kept."""
     from transformers import LlamaForCausalLM
@@ -84,7 +91,7 @@ def build_student(target, arch: str, seed: int = 0):
     return student, kept
 
 
-def student_logits(student, input_ids: torch.Tensor, vocab_map: torch.Tensor) -> torch.Tensor:
+def student_logits(student: LlamaForCausalLM, input_ids: torch.Tensor, vocab_map: torch.Tensor) -> torch.Tensor:
     """``input_ids [B, L]`` -> ``[B, L, N]`` logits over the ``N`` vocab-map rows of the tied head
     (as verispec computes them)."""
     h = student.model(input_ids=input_ids).last_hidden_state  # [B, L, H]
@@ -92,7 +99,8 @@ def student_logits(student, input_ids: torch.Tensor, vocab_map: torch.Tensor) ->
     return h @ w.T
 
 
-def export_student(student, target, vocab_map: torch.Tensor | None, path: Path, card: dict | None = None) -> int:
+def export_student(student: LlamaForCausalLM, target: CausalLM, vocab_map: torch.Tensor | None, path: Path,
+                   card: dict | None = None) -> int:
     """Write a model directory ``load_causal_lm`` loads (fp16 weights, tokenizer, vocab map, and
     ``card`` as distill-summary.json when given); returns the bytes of its top-level files."""
     path.mkdir(parents=True, exist_ok=True)

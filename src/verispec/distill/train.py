@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +19,12 @@ from .dataset import LabelSet, sequence_weights
 from .loss import distill_loss, evaluate
 from .progress import progress_bar
 from .student import build_student
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM
+
+    from ..models import CausalLM
+
 
 __all__ = ["train_student"]
 
@@ -69,8 +77,9 @@ def _train_step(cfg: DistillConfig, student, opt: torch.optim.Optimizer, batch: 
     return info
 
 
-def train_student(cfg: DistillConfig, out: Path, target, train: LabelSet, held: LabelSet, vocab_map: torch.Tensor,
-                  progress: bool = True, log=print) -> tuple[object, dict]:
+def train_student(cfg: DistillConfig, out: Path, target: CausalLM, train: LabelSet, held: LabelSet,
+                  vocab_map: torch.Tensor, progress: bool = True, log: Callable[[str], None] = print
+                  ) -> tuple[LlamaForCausalLM, dict]:
     """Train (or resume) the student for ``cfg.steps`` steps (or up to ``cfg.pause_at``) over the
     ``vocab_map [N]`` rows; returns it and a dict of the last evaluation, every evaluation
     (``history``) and the PCA variance kept by its embedding."""

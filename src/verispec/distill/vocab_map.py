@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file
@@ -15,6 +16,11 @@ from safetensors.torch import load_file
 from ..training import atomic_save
 from .config import DistillConfig
 from .dataset import LabelSet, sequence_weights
+
+if TYPE_CHECKING:
+    from ..eagle import EagleFiles
+    from ..models import CausalLM
+
 
 __all__ = ["choose_vocab_map", "coverage", "run_vocab_map"]
 
@@ -45,7 +51,8 @@ def coverage(labels: LabelSet, vocab_map: torch.Tensor) -> float:
     return float((inside * labels.weight).sum() / labels.weight.sum())
 
 
-def run_vocab_map(cfg: DistillConfig, out: Path, target, train: LabelSet, init=None) -> torch.Tensor:
+def run_vocab_map(cfg: DistillConfig, out: Path, target: CausalLM, train: LabelSet, init: EagleFiles | None = None
+                  ) -> torch.Tensor:
     """The run's vocab map, ``[N]`` int64 sorted target ids (``N = V`` for the full vocabulary).
 
     Once training has checkpointed, the stored map; when fine-tuning the EAGLE head files

@@ -24,7 +24,7 @@ from verispec.bench.theory import (
     predicted_speedup_over_lengths,
     verify_cost,
 )
-from verispec.bench.workloads import (
+from verispec.workloads import (
     BUILTIN_WORKLOADS,
     WorkloadError,
     load_prompt_file,
@@ -115,7 +115,7 @@ def test_metrics_from_stats_hand_computed() -> None:
 def test_analysis_aggregates_hand_made_run() -> None:
     """Tokens/s = total tokens / total median wall; speedup against the baseline; alpha/tau pooled."""
     from verispec.bench.runner import BenchConfig, Measurement
-    from verispec.bench.workloads import BenchPrompt
+    from verispec.workloads import BenchPrompt
 
     prompts = [BenchPrompt("p1", "x", "a"), BenchPrompt("p2", "y", "b")]
     cfgs = [BenchConfig("target-only", "verispec", None, None), BenchConfig("ngram k=2", "verispec", "ngram", 2)]
@@ -308,7 +308,7 @@ def test_bench_sampling_gumbel_is_drafter_invariant(one_thread) -> None:
     torch.set_num_threads(1)
     target = tiny_llama(vocab_size=96, hidden=32, layers=2, seed=1, dtype=torch.float64)
     draft = tiny_llama(vocab_size=96, hidden=16, layers=1, seed=2, dtype=torch.float64)
-    from verispec.bench.workloads import BenchPrompt
+    from verispec.workloads import BenchPrompt
 
     prompts = [BenchPrompt("a", "c", "abc abc abc ab", chat=False), BenchPrompt("b", "c", "hello hello hel", chat=False)]
     drafters = [DrafterSpec("ngram", PromptLookupDrafter(), "ngram"),
@@ -393,7 +393,7 @@ from verispec.bench.reliability import one_token_pass_check, relative_gap  # noq
 from verispec.bench.report import _csv, print_report  # noqa: E402
 from verispec.bench.runner import BenchConfig, BenchRun, Measurement  # noqa: E402
 from verispec.bench.theory import monotone_costs, non_monotone  # noqa: E402
-from verispec.bench.workloads import BenchPrompt  # noqa: E402
+from verispec.workloads import BenchPrompt  # noqa: E402
 
 
 def _fake_stats(n: int, wall: float, widths: dict[int, list[float]], drafted: int = 0, accepted: int = 0,

@@ -1,5 +1,5 @@
 """Training plumbing shared by ``verispec.distill`` and ``verispec.eagle_train``: atomic
-safetensors writes, resumable training state (model + AdamW, never pickle) and the schedule."""
+safetensors and JSON writes, resumable training state (model + AdamW, never pickle) and the schedule."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-__all__ = ["atomic_save", "save_training_state", "load_training_state", "cosine_lr"]
+__all__ = ["atomic_json", "atomic_save", "save_training_state", "load_training_state", "cosine_lr"]
 
 
 def atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
@@ -22,6 +22,14 @@ def atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+    os.replace(tmp, path)
+
+
+def atomic_json(obj: object, path: Path) -> None:
+    """Write ``obj`` as indented JSON the same way (temp file beside ``path``, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2))
     os.replace(tmp, path)
 
 

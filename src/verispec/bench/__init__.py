@@ -5,7 +5,7 @@
 
 from .command import add_bench_arguments, run_bench
 from .theory import expected_tokens, optimal_k, predicted_speedup
-from .workloads import BUILTIN_WORKLOADS, BenchPrompt, WorkloadError, load_prompt_file, load_workload
+from ..workloads import BUILTIN_WORKLOADS, BenchPrompt, WorkloadError, load_prompt_file, load_workload
 
 __all__ = [
     "BUILTIN_WORKLOADS",

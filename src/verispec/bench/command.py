@@ -13,7 +13,7 @@ from rich.console import Console
 
 from ..drafters import DEFAULT_DRAFT_MODEL
 from ..sampling import SamplingParams
-from .workloads import BUILTIN_WORKLOADS, BenchPrompt, load_prompt_file, load_workload
+from ..workloads import BUILTIN_WORKLOADS, BenchPrompt, load_prompt_file, load_workload
 
 __all__ = ["add_bench_arguments", "run_bench", "QUICK", "DEFAULTS"]
 

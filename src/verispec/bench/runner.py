@@ -26,7 +26,7 @@ from ..models import CausalLM
 from ..sampling import SamplingParams
 from .hf_compare import HFSetting, hf_generate, hf_supports
 from .reliability import PASS_TOLERANCE, one_token_pass_check
-from .workloads import BenchPrompt
+from ..workloads import BenchPrompt
 
 __all__ = ["BenchConfig", "BenchRun", "BenchSettings", "DrafterSpec", "Measurement", "run_benchmark"]
 

@@ -137,7 +137,7 @@ def _call(mode, kind, validate, x):
 def llm_gumbel_rows(repeats: int) -> None:
     """Gumbel-max choices on the built-in target's own next-token distributions (T = 1), block
     skipping (:func:`verispec.rng.gumbel_argmax`) against the whole noise vector, per row."""
-    from verispec.bench.workloads import load_workload
+    from verispec.workloads import load_workload
     from verispec.models import load_causal_lm
     from verispec.rng import _argmax_whole, gumbel_argmax
 

@@ -1,4 +1,7 @@
-"""Benchmark workloads: the built-in prompt sets and Spec-Bench style ``.jsonl`` files.
+"""Workloads: the built-in prompt sets and Spec-Bench style ``.jsonl`` files.
+
+Shared by ``verispec bench`` and the acceptance measurement of ``verispec distill``; the
+built-in sets are this package's ``prompts/*.jsonl``.
 
 A prompt file has one JSON object per line in the Spec-Bench question format::
 

@@ -16,6 +16,7 @@ configuration a correct engine would fail with probability < 1e-3 over fresh see
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -23,13 +24,16 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from verispec import engine
+from verispec.engine import decoder as engine_decoder
+from verispec.engine import step as engine_step
 from verispec.drafters import EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
 from verispec.engine import GenerationResult, SpeculativeDecoder
 from verispec.models import CausalLM
 from verispec.rng import STREAM_EMIT, sample
 from verispec.sampling import SamplingParams, logits_to_probs
 from verispec.testing import EOS_ID, tiny_eagle, tiny_llama
+
+verify_module = sys.modules["verispec.verify"]  # the module (the package's `verify` is the function)
 
 pytestmark = pytest.mark.slow  # about a minute on 2 cores
 
@@ -187,7 +191,9 @@ class _Clock:
 def generate(target: CausalLM, drafter, k, sp: SamplingParams, prompt_ids: list[list[int]], seed0: int,
              monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[list[int]]], GenerationResult]:
     """ROWS generations per prompt in ONE batch, prompts interleaved; returns them per prompt."""
-    monkeypatch.setattr(engine, "time", _Clock())
+    clock = _Clock()
+    monkeypatch.setattr(engine_step, "time", clock)
+    monkeypatch.setattr(engine_decoder, "time", clock)
     P = len(prompt_ids)
     rows = [prompt_ids[i % P] for i in range(P * ROWS)]
     res = SpeculativeDecoder(target, drafter, k=k).generate(rows, N_NEW, sp, seeds=range(seed0, seed0 + len(rows)))
@@ -262,7 +268,7 @@ def test_the_law_test_rejects_an_engine_with_a_wrong_verifier(target, draft_lm, 
                                                               kind, k, mutant):
     """Power: the same test, on the same configuration, fails when the engine verifies with a
     wrong rule (so passing above means something)."""
-    monkeypatch.setattr(engine, "verify", mutant(engine.verify))
+    monkeypatch.setattr(verify_module, "verify", mutant(verify_module.verify))
     samples, _ = generate(target, make_drafter(kind, target, draft_lm), k, T1, prompt_ids, 7, monkeypatch)
     pvalue = g_test(samples, laws[T1])
     assert pvalue < 1e-8, pvalue  # measured: 0.0 (accept all), 1e-77 to 1e-86 (residual = p)

@@ -288,3 +288,21 @@ def test_filters_are_elementwise_per_row():
     batch = logits_to_probs(logits, params)
     for i in range(6):
         assert torch.equal(batch[i], logits_to_probs(logits[i], params))
+
+
+def test_row_params_give_each_row_exactly_its_own_transform():
+    """One call over rows with different transforms (greedy among them) equals each row's own
+    call, bit for bit: a row's p never depends on its neighbours."""
+    from verispec.sampling import RowParams
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 3, 50, generator=g, dtype=torch.float32) * 3
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=0.7, top_p=0.9),
+              SamplingParams(temperature=1.3, top_k=5), SamplingParams(temperature=1.0, min_p=0.1),
+              SamplingParams(temperature=0.5, top_k=10, top_p=0.8, min_p=0.02)]
+    together = logits_to_probs(logits, RowParams.of(params))
+    for b, sp in enumerate(params):
+        assert torch.equal(together[b], logits_to_probs(logits[b], sp))
+    assert not torch.equal(together[1], logits_to_probs(logits[1], params[2]))  # the rows do differ
+    with pytest.raises(ValueError, match="RowParams has 2 rows"):
+        logits_to_probs(logits, RowParams.of(params[:2]))

@@ -935,3 +935,44 @@ def test_sum_error_message_shows_the_error():
     _scale_row("target_probs", (0, 0), 1 + 3e-9)(b)
     with pytest.raises(ValueError, match=r"worst row sums to 1 \+ 3e-09 = 1\.000000003"):
         _call(b)
+
+
+def test_per_row_methods_in_one_call_equal_each_method_alone():
+    """Exact and Gumbel rows (and greedy ones) share one verify call; each row gets what its
+    own method gives it alone."""
+    g = torch.Generator().manual_seed(3)
+    B, K, V = 6, 3, 7
+    p = torch.softmax(torch.randn(B, K + 1, V, generator=g, dtype=torch.float64), -1)
+    p[0] = torch.nn.functional.one_hot(p[0].argmax(-1), V).double()  # a greedy row
+    q = torch.softmax(torch.randn(B, K, V, generator=g, dtype=torch.float64), -1)
+    d = torch.multinomial(q.view(-1, V), 1, generator=g).view(B, K)
+    seeds, positions = torch.arange(B) + 10, torch.arange(B) * 3
+    methods = ["exact", "gumbel", "exact", "gumbel", "gumbel", "exact"]
+    both = verify(p, q, d, seeds=seeds, positions=positions, method=methods)
+    for m in ("exact", "gumbel"):
+        alone = verify(p, q, d, seeds=seeds, positions=positions, method=m)
+        rows = [b for b, name in enumerate(methods) if name == m]
+        assert torch.equal(both.tokens[rows], alone.tokens[rows])
+    with pytest.raises(ValueError, match="one per row"):
+        verify(p, q, d, seeds=seeds, method=["exact"] * 5)
+    with pytest.raises(ValueError, match="method"):
+        verify(p, q, d, seeds=seeds, method=["exact"] * 5 + ["beam"])
+
+
+def test_verify_draft_takes_chains_and_refuses_trees_it_cannot_verify_exactly():
+    from verispec.draft import Draft
+    from verispec.verify import verify_draft
+
+    g = torch.Generator().manual_seed(4)
+    p = torch.softmax(torch.randn(2, 4, 5, generator=g, dtype=torch.float64), -1)
+    d = torch.tensor([[1, 2, 3], [4, 0, 1]])
+    chain = Draft(d, None, torch.tensor([3, 2]), parents=torch.tensor([[-1, 0, 1], [-1, 0, 1]]))
+    out = verify_draft(p, chain, seeds=torch.tensor([1, 2]))
+    assert torch.equal(out.tokens, verify(p, None, d, num_draft=torch.tensor([3, 2]), seeds=torch.tensor([1, 2])).tokens)
+    assert torch.equal(out.accepted_nodes(), torch.where(out.accepted, torch.arange(3), -1))
+    tree = Draft(d, None, torch.tensor([3, 3]), parents=torch.tensor([[-1, 0, 0], [-1, -1, 1]]), child_draw="iid")
+    assert tree.depth().tolist() == [[1, 2, 2], [1, 1, 2]]
+    with pytest.raises(NotImplementedError, match="tree"):
+        verify_draft(p, tree, seeds=torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="earlier node"):
+        Draft(d, None, torch.tensor([3, 3]), parents=torch.tensor([[0, 0, 0], [-1, 0, 1]]))

@@ -117,54 +117,53 @@ def _load_prompts(args: argparse.Namespace, opt: dict) -> tuple[list[BenchPrompt
 
 
 def _load_drafters(specs: list[str] | None, target, target_name: str, console: Console, notes: list[str]):
+    """Benchmark entries for drafter specs (parsed by :mod:`verispec.drafters.registry`, as
+    ``generate`` parses them); each draft model is loaded once for all the specs that use it."""
     from ..drafters import (BUILTIN_DRAFT_MODELS, EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter,
-                            default_drafter, load_drafter)
+                            make_drafter, resolve_spec, split_spec)
     from ..models import ModelLoadError, load_causal_lm
     from .runner import DrafterSpec
 
-    loaded: dict[str, ModelDrafter | EagleDrafter] = {}
+    loaded: dict = {}
 
-    def load(name: str) -> ModelDrafter | EagleDrafter:
-        if name not in loaded:
-            with console.status(f"loading draft {name} ..."):
-                loaded[name] = load_drafter(name)
-        return loaded[name]
+    def build(spec: str):
+        base = split_spec(resolve_spec(spec, target_name))[0]
+        with console.status(f"loading draft {base} ..."):
+            return make_drafter(spec, target=target_name, cache=loaded)
 
     if specs is None:  # prompt lookup, and each shipped draft model behind it
         specs = ["ngram"]
         if target_name == DEFAULT_TARGET:
             for name in BUILTIN_DRAFT_MODELS:
                 try:
-                    load(name)
+                    build(name)
                     specs.append(f"{name}+ngram")
                 except ModelLoadError as e:
                     notes.append(f"default drafters: {name} unavailable: {e}")
-    out: list[DrafterSpec] = []
 
-    def spec_for(name: str) -> DrafterSpec:
-        drafter = load(name)
-        label = Path(name).name if os.sep in name or "/" in name else name
-        if isinstance(drafter, EagleDrafter):
-            return DrafterSpec(label, drafter, "eagle")
-        assert isinstance(drafter, ModelDrafter)
-        d = DrafterSpec(label, drafter, "model", drafter.lm)
-        if drafter.lm.vocab_map is not None:  # HF needs the full head; a distilled draft ships one
-            full = load_causal_lm(name, slice_vocab_map=False)
-            d.hf_lm = full if full.vocab_map is None else None
+    def entry(spec: str, drafter) -> DrafterSpec:
+        base, lookup_first = split_spec(resolve_spec(spec, target_name))
+        inner = drafter.model if isinstance(drafter, HybridDrafter) else drafter
+        label = Path(base).name if os.sep in base or "/" in base else base
+        if isinstance(inner, ModelDrafter):
+            d = DrafterSpec(label, inner, "model", inner.lm)
+            if inner.lm.vocab_map is not None:  # HF needs the full head; a distilled draft ships one
+                full = load_causal_lm(base, slice_vocab_map=False)
+                d.hf_lm = full if full.vocab_map is None else None
+        elif isinstance(inner, EagleDrafter):
+            d = DrafterSpec(label, inner, "eagle")
+        else:
+            d = DrafterSpec(label, inner, "ngram" if isinstance(inner, PromptLookupDrafter) else label)
+        if lookup_first:
+            d = DrafterSpec(f"hybrid({d.label})", drafter, "hybrid", d.draft_lm)
         return d
 
+    out: list[DrafterSpec] = []
     for spec in specs:
-        if spec == "none":
+        drafter = build(spec)
+        if drafter is None:  # "none": target-only is always measured
             continue
-        if spec == "default":  # what `verispec generate` uses for this target
-            spec = default_drafter(target_name)
-        if spec == "ngram":
-            d = DrafterSpec("ngram", PromptLookupDrafter(), "ngram")
-        elif spec == "hybrid" or spec.endswith("+ngram"):
-            inner = spec_for(DEFAULT_DRAFT_MODEL if spec == "hybrid" else spec[: -len("+ngram")])
-            d = DrafterSpec(f"hybrid({inner.label})", HybridDrafter(inner.drafter), "hybrid", inner.draft_lm)
-        else:
-            d = spec_for(spec)
+        d = entry(spec, drafter)
         d.drafter.bind(target)  # tokenizer / feature mismatch: a clear error before anything runs
         if any(o.label == d.label for o in out):
             continue

@@ -31,20 +31,20 @@ def _target_step_times(target, ids: list[int], steps: int) -> list[float]:
 
 def _draft_step_times(target, draft, ids: list[int], steps: int) -> list[float]:
     """Seconds per draft token, proposing 4 at a time ``steps // 4`` times, every token accepted."""
-    from ..drafters import DraftContext, ModelDrafter
+    from ..drafters import DraftAsk, ModelDrafter
     from ..sampling import SamplingParams
 
     d = draft if hasattr(draft, "propose") else ModelDrafter(draft)
     d.bind(target)
     features = None
-    if getattr(d, "uses_target_features", False):
+    if d.reads_target_features:
         features = [target.model.base_model(input_ids=torch.tensor([ids[:-1]])).last_hidden_state[0]]
-    d.start(DraftContext([ids], SamplingParams(temperature=0.0), torch.zeros(1, dtype=torch.int64), "exact",
-                         target.vocab_size, torch.float32, features))
+    d.start([ids], features)
+    ask = DraftAsk.of([4], target.vocab_size, SamplingParams(temperature=0.0))
     ts = []
     for _ in range(steps // 4):
         t0 = time.perf_counter()
-        out = d.propose(torch.tensor([4]))
+        out = d.propose(ask)
         ts.append((time.perf_counter() - t0) / 4)
         toks = out.tokens[0].tolist()  # pretend everything was accepted (+ no bonus)
         if features is not None:  # stand-in features: the cost does not depend on their values

@@ -92,6 +92,9 @@ class SpeculativeDecoder:
         self._check_current(state)
         t0 = time.perf_counter()
         rows = [self._row(r, state) for r in requests]
+        ids = [r.request_id for r in rows]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"request ids must be unique within a batch, got {ids}")
         if not rows:
             return
         prompts = [r.prompt for r in rows]

@@ -116,6 +116,9 @@ def commit(dec: SpeculativeDecoder, state: BatchState, d: Draft, out: Verificati
     n_draft = d.num_draft.cpu()
     account(state.stats, out, n_draft)
     emitted = _emit(dec, state, out, n_draft)
+    if bool(state.policy.auto.any()):
+        st = state.stats
+        state.costs.observe(st.verify_width_seconds, st.time_draft, st.draft_forwards)
     state.policy.observe(out.num_accepted.cpu(), n_draft, scored, state.costs)
     _rollback(dec, state, out, emitted, hidden)
     outputs = [_output(dec, state, row, new) for row, new in zip(state.rows, emitted)]

@@ -106,11 +106,11 @@ class EagleDrafter(DrafterBase):
         feed, live = left_pad(self.pending_tok)
         if feed.shape[1] == 0:
             raise RuntimeError("EAGLE head has no pending pair to draft from")
-        feats = torch.zeros(*feed.shape, model.config.hidden_size, dtype=model.dtype)
-        feats[live] = torch.cat([f.cpu() for row in self.pending_feat for f in row])  # row-major, as live
         device = model.device
-        logits, f_hat = self.runner.forward(feed.to(device), live.to(device), logits_to_keep=1,
-                                            return_hidden=True, features=feats.to(device))
+        feed, live = feed.to(device), live.to(device)
+        feats = torch.zeros(*feed.shape, model.config.hidden_size, dtype=model.dtype, device=device)
+        feats[live] = torch.cat([f.to(device) for row in self.pending_feat for f in row])  # row-major, as live
+        logits, f_hat = self.runner.forward(feed, live, logits_to_keep=1, return_hidden=True, features=feats)
         B = len(self.pending_tok)
         self.pending_tok = [[] for _ in range(B)]
         self.pending_feat = [[] for _ in range(B)]

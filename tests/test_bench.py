@@ -181,7 +181,9 @@ def test_builtin_workloads() -> None:
         assert {p.category for p in prompts} == {name}
         assert len({p.id for p in prompts}) == len(prompts)
         assert all(40 <= len(p.text) <= 1500 for p in prompts)
-    assert len(load_workload("all")) == sum(len(load_workload(n)) for n in BUILTIN_WORKLOADS)
+    every = load_workload("all")
+    assert len(every) == sum(len(load_workload(n)) for n in BUILTIN_WORKLOADS)
+    assert len({p.id for p in every}) == len(every)  # ids unique across workloads too
     assert [p.category for p in load_workload("code,grounded")][0] == "code"
     with pytest.raises(WorkloadError, match="unknown workload 'poetry'"):
         load_workload("poetry")

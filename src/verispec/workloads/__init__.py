@@ -27,6 +27,11 @@ BUILTIN_WORKLOADS: dict[str, str] = {
     "code": "Python completion: finish a function or class shown in the prompt",
     "chat": "open instructions answered with the chat template",
     "grounded": "edit / summarise / extract from text given in the prompt (where prompt lookup shines)",
+    "qa": "answer one question about a passage of 80-200 words given in the prompt",
+    "summarization": "summarise a text of 120-250 words given in the prompt in 2-3 sentences",
+    "translation": "translate a short text between English and French, Spanish or German",
+    "math": "arithmetic and word problems solved step by step",
+    "rag": "answer from 2-4 numbered retrieved documents given in the prompt, citing them",
 }
 
 

@@ -9,7 +9,8 @@ import torch
 
 from verispec.drafters import DraftAsk, HybridDrafter, ModelDrafter, PromptLookupDrafter
 from verispec.engine import SpeculativeDecoder
-from verispec.engine.kpolicy import KRows, PassCosts
+from verispec.engine.costs import PassCosts
+from verispec.engine.kpolicy import KRows
 from verispec.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0)

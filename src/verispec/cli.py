@@ -42,10 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                         "'ngram' (prompt lookup), 'hybrid' (prompt lookup, then smollm2-135m-draft), 'NAME+ngram', "
                         "'none' (target only) or 'default' (the fastest measured for a built-in target: eagle+ngram "
                         "for smollm2-135m; prompt lookup for any other target)")
-    g.add_argument("--k", default=None,
-                   help="draft length: an int, 'auto' or 'heuristic'. Default: 'auto' when the text does not "
-                        "depend on draft lengths (greedy, or --method gumbel), else 4 so that a seed always "
-                        "gives the same text ('auto' picks lengths from measured timings)")
+    g.add_argument("--k", default="auto",
+                   help="draft length: an int, 'auto' (default: draft while the next token pays, from this "
+                        "request's calibrated acceptance and a cost table measured before it starts, so a seed "
+                        "always gives the same text) or 'heuristic'")
     g.add_argument("--method", default="exact", choices=["exact", "gumbel"])
     _add_sampling_arguments(g)
     g.add_argument("--max-new-tokens", type=int, default=128)
@@ -112,8 +112,6 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     sampling = _sampling(args)
-    if args.k is None:  # draft lengths change sampled "exact" text (not its law): keep those fixed
-        args.k = "auto" if sampling.greedy or args.method == "gumbel" else "4"
     k = parse_k(args.k)
     with console.status(f"loading {args.target} and draft {args.draft} ..."):
         target = load_causal_lm(args.target)

@@ -48,8 +48,12 @@ class Draft:
         child_draw: how siblings were drawn, one of :data:`CHILD_DRAWS`.
         forwards: draft model forward passes this proposal took.
         accept_prob: optional ``[B, N]`` float64: the drafter's estimate that node i is accepted
-            given that its ancestors were; NaN where it has none. The engine may cut a row's
-            draft where another node stops paying for its verification.
+            given that its ancestors were, from the past only (e.g. prompt lookup's match
+            length); NaN where it has none. The engine may cut a row's draft where another node
+            stops paying for its verification.
+        confidence: optional ``[B, N]`` float64: a model drafter's own probability of each node's
+            token (NaN where it has none); the engine calibrates it against what the target
+            accepts to decide how far later drafts go.
     """
 
     tokens: torch.Tensor
@@ -59,6 +63,7 @@ class Draft:
     child_draw: str = "single"
     forwards: int = 0
     accept_prob: torch.Tensor | None = field(default=None)
+    confidence: torch.Tensor | None = field(default=None)
 
     def __post_init__(self) -> None:
         if self.child_draw not in CHILD_DRAWS:
@@ -113,4 +118,5 @@ class Draft:
         return Draft(self.tokens[:, :width], None if self.probs is None else self.probs[:, :width],
                      torch.minimum(self.num_draft, torch.tensor(width)),
                      None if self.parents is None else self.parents[:, :width], self.child_draw, self.forwards,
-                     None if self.accept_prob is None else self.accept_prob[:, :width])
+                     None if self.accept_prob is None else self.accept_prob[:, :width],
+                     None if self.confidence is None else self.confidence[:, :width])

@@ -166,10 +166,14 @@ def analyse(run: BenchRun) -> dict:
             acc = sum(pp[i].get("accepted") or 0 for i in ids & set(pp))
             tested = acc + sum(pp[i].get("rejected") or 0 for i in ids & set(pp))
             sp, ci = speedup(pp, ids)
+            empty = sum(pp[i].get("empty_drafts") or 0 for i in ids & set(pp))
+            steps = sum(pp[i].get("row_steps") or 0 for i in ids & set(pp))
             out[cfg.key] = {"tokens_per_s": _nan_to_none(tps),
                             "speedup": None if cfg.key == ref_key else _nan_to_none(sp),
                             "speedup_ci": None if cfg.key == ref_key else ci,
-                            "alpha": _nan_to_none(safe_ratio(acc, tested)) if cfg.drafter is not None else None}
+                            "alpha": _nan_to_none(safe_ratio(acc, tested)) if cfg.drafter is not None else None,
+                            "empty_draft_share": _nan_to_none(safe_ratio(empty, steps)) if cfg.drafter is not None
+                            else None}
         categories[cat] = out
 
     # Reliability: the baseline's one-token passes against those inside the speculative configs.
@@ -269,6 +273,8 @@ def _per_prompt(ms: list[Measurement]) -> dict[str, dict]:
             "tau": _nan_to_none(safe_ratio(st["emitted"], st["row_steps"])) if st else None,
             **({k: st[k] for k in ("drafted", "accepted", "rejected", "target_forwards", "draft_forwards", *_TIME_KEYS)}
                if st else {}),
+            "empty_drafts": (st["draft_lengths"][0] if st["draft_lengths"] else 0) if st else None,
+            "row_steps": st["row_steps"] if st else None,
         }
     return out
 
@@ -285,6 +291,12 @@ def _sum_stats(stats: Iterable[GenerationStats]) -> dict | None:
         out[key] = []
         for s in stats:
             add_counts(out[key], getattr(s, key))
+    out["calibration"] = [[], [], []]  # per confidence bucket: tested, accepted, predicted sum
+    for s in stats:
+        for total, part in zip(out["calibration"], s.calibration):
+            total.extend([0.0] * (len(part) - len(total)))
+            for i, x in enumerate(part):
+                total[i] += x
     return out
 
 
@@ -332,6 +344,12 @@ def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, v1: float, v_
     pred = vr = e = None
     if cfg.drafter is not None and math.isfinite(alpha) and sum(st["draft_lengths"]) and v_ratio:
         pred, e, vr = predicted_speedup_over_lengths(alpha, st["draft_lengths"], st["time_draft"] / v1, v_ratio)
+    tested, accepted, predicted = (st["calibration"] + [[], [], []])[:3]
+    row["empty_draft_share"] = _nan_to_none(safe_ratio(st["draft_lengths"][0], sum(st["draft_lengths"]))) \
+        if st["draft_lengths"] else None
+    row["calibration"] = [{"bucket": b, "tested": int(t), "observed": _nan_to_none(safe_ratio(a, t)),
+                           "predicted": _nan_to_none(safe_ratio(q, t))}
+                          for b, (t, a, q) in enumerate(zip(tested, accepted, predicted)) if t]
     row.update(draft_lengths=st["draft_lengths"], verify_ratio=_nan_to_none(vr) if vr is not None else None,
                expected_tokens=_nan_to_none(e) if e is not None else None,
                predicted_speedup=_nan_to_none(pred) if pred is not None else None)

@@ -115,12 +115,21 @@ def print_report(report: dict, console: Console) -> None:
             cells = []
             for cat in cats:
                 v = cats[cat].get(r["config"], {})
-                sp, al = v.get("speedup"), v.get("alpha")
+                sp, al, em = v.get("speedup"), v.get("alpha"), v.get("empty_draft_share")
                 extra = ", ".join(x for x in (sp is not None and _x(sp, v.get("speedup_ci")),
-                                              al is not None and f"a {al:.2f}") if x)
+                                              al is not None and f"a {al:.2f}",
+                                              em is not None and em > 0 and f"{100 * em:.0f}% empty") if x)
                 cells.append(_f(v.get("tokens_per_s")) + (f" ({extra})" if extra else ""))
             c.add_row(r["config"], *cells)
         console.print(c)
+
+    for r in rows:  # the auto policy's calibration: predicted vs observed acceptance per bucket
+        cal = r.get("calibration") or []
+        if cal:
+            parts = [f"{_bucket_name(x['bucket'])} {_f(x['predicted'], '.2f')}/{_f(x['observed'], '.2f')} "
+                     f"(n {x['tested']})" for x in cal]
+            console.print(f"calibration {r['config']} (bucket of the previous token's confidence: "
+                          f"predicted/observed acceptance): " + "; ".join(parts))
 
     th = report["theory"]
     vr = ", ".join(f"{w}:{r:.2f}" for w, r in th["verify_ratio"].items())
@@ -361,3 +370,8 @@ def _plots(report: dict, out: Path) -> list[Path]:
     ax.legend(fontsize=6, ncol=2)
     save(fig, PLOTS[2])
     return written
+
+
+def _bucket_name(b: int) -> str:
+    """A calibration bucket: 0 is a draft's first token, b >= 1 a confidence in ((b-1)/10, b/10]."""
+    return "first" if b == 0 else f"{(b - 1) / 10:.1f}-{b / 10:.1f}"

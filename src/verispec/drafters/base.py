@@ -13,7 +13,7 @@ states (EAGLE) sets ``reads_target_features``; one whose tokens carry acceptance
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -41,6 +41,11 @@ class DraftAsk:
         seeds: ``[B]`` int64 request seeds.
         vocab_size: the target's vocabulary size V (``Draft.probs`` is ``[B, K, V]``).
         dtype: dtype of the target's probabilities (``Draft.probs`` must match it).
+        more: optional; a drafter that drafts token by token calls ``more(i, conf)`` after
+            token ``i`` (0-based) with ``conf [B]`` its own probability of that token, and drafts
+            token ``i + 1`` only for the rows where it returns True (the engine's draft-length
+            policy). The answer depends on tokens up to i only, never on token i + 1, which is
+            what keeps the draft length from biasing the output.
     """
 
     k: torch.Tensor
@@ -50,6 +55,7 @@ class DraftAsk:
     seeds: torch.Tensor
     vocab_size: int
     dtype: torch.dtype
+    more: Callable[[int, torch.Tensor], torch.Tensor] | None = None
 
     @classmethod
     def of(cls, k: Sequence[int] | torch.Tensor, vocab_size: int, params: SamplingParams | None = None, *,

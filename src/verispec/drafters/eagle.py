@@ -8,7 +8,7 @@ from ..eagle import DRAFT_WEIGHTS, EagleDraftModel, EagleFiles, bind_eagle, feat
 from ..models import CausalLM
 from ..runner import KVRunner, left_pad
 from .base import Draft, DraftAsk, DrafterBase
-from .sampling import greedy_draft, sample_draft, to_target_vocab
+from .sampling import draft_chain
 
 __all__ = ["EagleDrafter"]
 
@@ -74,30 +74,19 @@ class EagleDrafter(DrafterBase):
 
     def propose(self, ask: DraftAsk) -> Draft:
         model = self._bound()
-        B, V = len(self.lengths), ask.vocab_size
-        K = int(ask.k.max()) if B else 0
-        device = model.device
-        tokens = torch.zeros(B, K, dtype=torch.int64, device=device)
-        point_mass = ask.all_greedy  # q = one-hot on the argmax: no dense q (Draft.probs)
-        probs = None if point_mass else torch.zeros(B, K, V, dtype=ask.dtype, device=device)
-        if K == 0:
-            return Draft(tokens, probs, ask.k.clone())
+        B = len(self.lengths)
+        if B == 0 or int(ask.k.max()) == 0:
+            return Draft(torch.zeros(B, 0, dtype=torch.int64), None, torch.zeros(B, dtype=torch.int64))
         logits, f_last = self._feed_pending()  # [B, V_d], [B, 1, H]
-        positions = torch.tensor(self.lengths, dtype=torch.int64, device=device)  # slot 0's absolute position
-        seeds = ask.seeds.to(device)
-        for i in range(K):
-            if probs is None:
-                d = greedy_draft(logits, self.vocab_map, V)
-            else:
-                d, q = sample_draft(to_target_vocab(logits, self.vocab_map, V, ask.dtype), ask.params, ask.gumbel,
-                                    seeds, positions + i)  # [B], [B, V]
-                probs[:, i] = q
-            tokens[:, i] = d
-            if i + 1 < K:  # the pair (f^, d): the head's own feature beside its own draft
-                out, f_last = self.runner.forward(d[:, None], logits_to_keep=1, return_hidden=True,
-                                                  features=f_last)
-                logits = out[:, -1]
-        return Draft(tokens, probs, ask.k.clone(), forwards=K)
+        positions = torch.tensor(self.lengths, dtype=torch.int64, device=model.device)  # slot 0's position
+        feature = {"f": f_last}
+
+        def step(d: torch.Tensor) -> torch.Tensor:  # the pair (f^, d): the head's own feature beside its draft
+            out, feature["f"] = self.runner.forward(d[:, None], logits_to_keep=1, return_hidden=True,
+                                                    features=feature["f"])
+            return out[:, -1]
+
+        return draft_chain(logits, step, ask, self.vocab_map, positions)[0]
 
     def _feed_pending(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending real pairs (ragged: left-padded); the logits ``[B, V_d]`` and the

@@ -72,7 +72,7 @@ class HybridDrafter(DrafterBase):
         drafted = None
         if bool((k_model > 0).any()):
             drafted = self.model.propose(DraftAsk(k_model, k_model, ask.params, ask.gumbel, ask.seeds,
-                                                  ask.vocab_size, ask.dtype))
+                                                  ask.vocab_size, ask.dtype, ask.more))
             self._model_draft = (drafted.tokens.tolist(), torch.minimum(drafted.num_draft.cpu(), k_model))
         return _merge(copied, drafted, use_copy, k_model, ask)
 
@@ -109,12 +109,16 @@ def _merge(copied: Draft, drafted: Draft | None, use_copy: torch.Tensor, k_model
     tokens = torch.zeros(B, K, dtype=torch.int64, device=device)
     probs = torch.zeros(B, K, ask.vocab_size, dtype=ask.dtype, device=device) if dense else None
     accept = torch.full((B, K), float("nan"), dtype=torch.float64)
-    num = torch.where(use_copy, copied.num_draft, k_model)
+    conf = torch.full((B, K), float("nan"), dtype=torch.float64)
+    model_num = torch.minimum(drafted.num_draft.cpu(), k_model) if drafted is not None else torch.zeros_like(k_model)
+    num = torch.where(use_copy, copied.num_draft, model_num)
     if drafted is not None:
         Km = drafted.tokens.shape[1]
         tokens[:, :Km] = drafted.tokens
         if probs is not None:
             probs[:, :Km] = drafted.probs
+        if drafted.confidence is not None:
+            conf[:, :Km] = torch.where(use_copy[:, None], float("nan"), drafted.confidence.cpu())
     rows = use_copy.to(device)
     tokens[rows, :Kc] = copied.tokens.to(device)[rows]
     if probs is not None:
@@ -123,4 +127,5 @@ def _merge(copied: Draft, drafted: Draft | None, use_copy: torch.Tensor, k_model
         probs[rows, :Kc] = one_hot[rows]
     if copied.accept_prob is not None:
         accept[use_copy, :Kc] = copied.accept_prob[use_copy]
-    return Draft(tokens, probs, num, forwards=drafted.forwards if drafted is not None else 0, accept_prob=accept)
+    return Draft(tokens, probs, num, forwards=drafted.forwards if drafted is not None else 0, accept_prob=accept,
+                 confidence=conf)

@@ -7,7 +7,7 @@ import torch
 from ..models import CausalLM
 from ..runner import KVRunner, left_pad
 from .base import Draft, DraftAsk, DrafterBase
-from .sampling import greedy_draft, sample_draft, to_target_vocab
+from .sampling import draft_chain
 
 __all__ = ["ModelDrafter"]
 
@@ -60,29 +60,20 @@ class ModelDrafter(DrafterBase):
         self._fed = [self._fed[i] for i in index]
 
     def propose(self, ask: DraftAsk) -> Draft:
-        B, V = len(self.contexts), ask.vocab_size
-        K = int(ask.k.max()) if B else 0
+        B = len(self.contexts)
+        if B == 0 or int(ask.k.max()) == 0:
+            self._fed = [[] for _ in range(B)]
+            return Draft(torch.zeros(B, 0, dtype=torch.int64), None, torch.zeros(B, dtype=torch.int64))
         device = self.lm.model.device
-        tokens = torch.zeros(B, K, dtype=torch.int64, device=device)
-        point_mass = ask.all_greedy  # q = one-hot on the argmax: no dense q (Draft.probs)
-        probs = None if point_mass else torch.zeros(B, K, V, dtype=ask.dtype, device=device)
-        if K == 0:
-            return Draft(tokens, probs, ask.k.clone())
         logits = self._feed_pending()  # [B, V_d] after each row's context
         positions = torch.tensor([len(c) for c in self.contexts], dtype=torch.int64, device=device)  # slot 0
-        seeds = ask.seeds.to(device)
-        for i in range(K):
-            if probs is None:
-                d = greedy_draft(logits, self.lm.vocab_map, V)
-            else:
-                q_logits = to_target_vocab(logits, self.lm.vocab_map, V, ask.dtype)
-                d, q = sample_draft(q_logits, ask.params, ask.gumbel, seeds, positions + i)  # [B], [B, V]
-                probs[:, i] = q
-            tokens[:, i] = d
-            if i + 1 < K:
-                logits = self.runner.forward(d[:, None].to(device))[:, -1]
-        self._fed = tokens[:, : K - 1].tolist()  # d_1..d_{K-1} went through the cache; d_K did not
-        return Draft(tokens, probs, ask.k.clone(), forwards=K)
+
+        def step(d: torch.Tensor) -> torch.Tensor:
+            return self.runner.forward(d[:, None])[:, -1]
+
+        draft, steps = draft_chain(logits, step, ask, self.lm.vocab_map, positions)
+        self._fed = draft.tokens[:, :steps].tolist()  # the tokens that went through the cache
+        return draft
 
     def _feed_pending(self) -> torch.Tensor:
         """Feed each row's context tokens the cache lacks (ragged: left-padded); ``[B, V_d]`` logits."""

@@ -8,14 +8,19 @@ position), so a whole run is a pure function of the seeds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
+from ..draft import Draft
 from ..rng import COUNTER, STREAM_DRAFT, Draws, inverse_cdf
 from ..sampling import RowParams, SamplingParams, logits_to_probs
 
-__all__ = ["sample_draft", "greedy_draft", "to_target_vocab", "agreement", "gumbel_rows"]
+__all__ = ["sample_draft", "greedy_draft", "to_target_vocab", "agreement", "gumbel_rows", "draft_chain"]
+
+if TYPE_CHECKING:
+    from .base import DraftAsk
 
 
 def gumbel_rows(method: str | Sequence[str] | torch.Tensor, B: int, device: torch.device | str = "cpu"
@@ -122,3 +127,45 @@ def greedy_draft(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int) -
         # an unsorted map: the first maximum in row order need not be the lowest target id
         return to_target_vocab(logits, vocab_map, V, logits.dtype).argmax(-1)
     return vocab_map.to(logits.device)[x.argmax(-1)]
+
+
+def draft_chain(logits: torch.Tensor, step: Callable[[torch.Tensor], torch.Tensor], ask: DraftAsk,
+                vocab_map: torch.Tensor | None, positions: torch.Tensor) -> tuple[Draft, int]:
+    """Draft a chain token by token, the loop every model drafter shares.
+
+    ``logits [B, V_d]``: the draft model's logits after each row's context; ``step(d [B])`` feeds
+    the tokens just drafted and returns the next logits. Row b drafts up to ``ask.k[b]`` tokens,
+    and stops earlier where ``ask.more`` says so (asked after each token, with the drafter's own
+    probability of it). ``positions [B]``: absolute position of each row's first draft token.
+    Returns the draft (with ``confidence``) and the number of ``step`` calls.
+    """
+    B, V, device = logits.shape[0], ask.vocab_size, logits.device
+    K = int(ask.k.max()) if B else 0
+    tokens = torch.zeros(B, K, dtype=torch.int64, device=device)
+    probs = None if ask.all_greedy else torch.zeros(B, K, V, dtype=ask.dtype, device=device)
+    conf = torch.full((B, K), float("nan"), dtype=torch.float64, device=device)
+    k, num = ask.k.to(device), torch.zeros(B, dtype=torch.int64, device=device)
+    alive, seeds, steps = k > 0, ask.seeds.to(device), 0
+    for i in range(K):
+        if probs is None:  # greedy: q is the point mass on the argmax
+            d = greedy_draft(logits, vocab_map, V)
+            if ask.more is not None:
+                conf[:, i] = torch.softmax(logits.double(), -1).amax(-1)
+        else:
+            d, q = sample_draft(to_target_vocab(logits, vocab_map, V, ask.dtype), ask.params, ask.gumbel, seeds,
+                                positions + i)  # [B], [B, V]
+            probs[:, i] = q
+            conf[:, i] = q.gather(1, d[:, None]).squeeze(1).double()
+        tokens[:, i] = d
+        num = torch.where(alive, i + 1, num)
+        alive &= i + 1 < k
+        if ask.more is not None and bool(alive.any()):
+            alive &= ask.more(i, conf[:, i]).to(device)
+        if not bool(alive.any()):
+            break
+        logits = step(d)
+        steps += 1
+    width = int(num.max()) if B else 0
+    draft = Draft(tokens[:, :width], None if probs is None else probs[:, :width], num, forwards=steps + (K > 0),
+                  confidence=conf[:, :width])
+    return draft, steps

@@ -21,7 +21,8 @@ from ..rng import random_seeds
 from ..runner import KVRunner, left_pad
 from ..sampling import RowParams, SamplingParams
 from ..verify import METHODS
-from .kpolicy import KPolicy, KRows, PassCosts, check_k
+from .costs import PassCosts, measure_pass_costs
+from .kpolicy import KPolicy, KRows, check_k
 from .requests import Completion, Request, RequestOutput, int64_seeds, int_list
 from .state import BatchState, Row
 from .stats import GenerationResult, GenerationStats
@@ -39,19 +40,22 @@ class SpeculativeDecoder:
         drafter: a :class:`~verispec.drafters.Drafter`, or ``None`` for target-only decoding.
         k: default draft-length policy of a request: an int (fixed), ``"heuristic"`` (HF's: +2
             after a fully accepted draft, -1 otherwise) or ``"auto"`` (maximise expected tokens
-            per second from the row's acceptance estimate and the measured draft / verify costs;
-            drafters that score their tokens, such as prompt lookup, draft up to ``max_k`` and
-            each row's draft is cut where the next token stops paying for the wider verify
-            pass). Draft lengths never change the output's distribution, but they do change
-            which text an "exact"-method sampled run draws for a seed: use a fixed int (or
-            greedy, or "gumbel") for run-to-run identical text.
+            per second: draft while the next token's calibrated chance of acceptance pays for
+            its draft step and the wider verify pass, possibly nothing; see
+            :mod:`verispec.engine.kpolicy`). Draft lengths never change the output's
+            distribution; they change which text an "exact"-method sampled run draws for a
+            seed, so "auto" decides them from the request's own history and a cost table fixed
+            before it starts: same seed, same text, in any batch and under any load.
         method: default method of a request: ``"exact"`` (rejection sampling) or ``"gumbel"``
             (drafter-invariant).
         max_k: upper bound for the adaptive policies.
+        costs: the pass and draft-step costs the ``"auto"`` policy weighs; default: measured on
+            this machine the first time an auto request arrives, then fixed (and cached with the
+            model and drafter), so live load never changes a request's draft lengths.
     """
 
     def __init__(self, target: CausalLM | str, drafter: Drafter | None = None, *, k: KPolicy = 4,
-                 method: str = "exact", max_k: int = 12) -> None:
+                 method: str = "exact", max_k: int = 12, costs: PassCosts | None = None) -> None:
         self.target = target if isinstance(target, CausalLM) else load_causal_lm(target)
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -68,6 +72,14 @@ class SpeculativeDecoder:
         self.reads_features = bool(drafter is not None and drafter.reads_target_features)
         self._epoch = 0
         self._ids = itertools.count()
+        self._costs = costs
+
+    @property
+    def costs(self) -> PassCosts:
+        """The costs the K policy weighs (measured on first use, see ``costs`` above)."""
+        if self._costs is None:
+            self._costs = measure_pass_costs(self.target, self.drafter, self.max_k + 1)
+        return self._costs
 
     # -- the step API ---------------------------------------------------------------------------
 
@@ -284,7 +296,10 @@ class SpeculativeDecoder:
         state.seeds = torch.cat([state.seeds, torch.tensor(seeds, dtype=torch.int64, device=device)])
         state.params = state.params.cat(RowParams.of([r.sampling for r in requests]))
         state.gumbel = torch.cat([state.gumbel, torch.tensor([r.method == "gumbel" for r in rows])])
-        state.policy.add([r.k if r.k is not None else self.k for r in requests])
+        policies = [r.k if r.k is not None else self.k for r in requests]
+        state.policy.add(policies)
+        if "auto" in policies and self.drafter is not None:
+            state.costs = self.costs
 
     def target_step_seconds(self, context: Sequence[int], repeats: int = 3) -> float:
         """Median seconds of one-token target forwards after ``context`` (for speedup estimates)."""

@@ -1,26 +1,41 @@
-"""Draft-length (K) policies, per row: each request's K schedule depends on its own outcomes only.
+"""Draft-length (K) policies, per row: each request's K schedule depends on its own history only.
 
 * an int: that K every step;
 * ``"heuristic"`` (HF's): +2 after a fully accepted draft, -1 otherwise;
-* ``"auto"``: the K that maximises expected tokens per second,
-  ``E(K) / (K * draft_step + verify(K + 1))`` with ``E(K) = (1 - a^(K+1)) / (1 - a)`` and the
-  row's own acceptance estimate a (Leviathan et al. 2023, section 3.8); drafters that score
-  their tokens draft up to ``max_k`` and each row is cut where the next token stops paying.
+* ``"auto"``: draft while the next token pays for itself. Every drafted token gets a predicted
+  acceptance: a model drafter's token from the drafter's own probability of the token before it,
+  calibrated online against what the target accepted in this request (per confidence bucket);
+  a prompt-lookup token from its match length (the lookup's own estimate). After each drafted
+  token the drafter asks :meth:`KRows.more` whether to draft the next: yes while the expected
+  tokens per second of the pass still rise, counting the measured draft step and the wider
+  verify pass. Before drafting at all, the first token's predicted acceptance decides whether a
+  draft can pay: the empty draft (a plain target step) is a normal outcome, and after
+  :data:`PROBE_EVERY` empty steps in a row one token is drafted to look again.
 
-The costs (seconds of a draft step, of a target pass per width) are the machine's, shared by
-every row: :class:`PassCosts`.
+Exactness: whether token i is drafted depends only on the tokens before it (never on token i
+itself, nor on any draw of the current pass), so each drafted token is an unconditioned draw
+from its q and the rule's proof holds. The costs are a table measured before the request
+(:mod:`verispec.engine.costs`), never live timings: sampled "exact" text depends on draft
+lengths, and it must not depend on the machine's load.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import torch
 
-__all__ = ["KPolicy", "KRows", "PassCosts", "check_k"]
+from .costs import PassCosts
+
+__all__ = ["KPolicy", "KRows", "check_k", "BUCKETS", "PROBE_EVERY"]
 
 KPolicy = int | str  # an int, "heuristic" or "auto"
+
+BUCKETS = 10  # confidence buckets of width 0.1; bucket 0 is the first token of a draft
+PROBE_EVERY = 8  # empty drafts in a row before one token is drafted anyway
+_PRIOR_STRENGTH = 2.0  # pseudo-observations behind each bucket's prior
+_FIRST_PRIOR = 0.5  # prior acceptance of a draft's first token
 
 
 def check_k(k: object, name: str = "k") -> KPolicy:
@@ -32,47 +47,27 @@ def check_k(k: object, name: str = "k") -> KPolicy:
     return k
 
 
-@dataclass
-class PassCosts:
-    """Measured seconds: the median target pass per width, and the mean draft step."""
-
-    verify: dict[int, float] = field(default_factory=dict)  # width -> median seconds
-    draft_step: float | None = None
-
-    def observe(self, verify_width_seconds: dict[int, list[float]], time_draft: float, draft_forwards: int) -> None:
-        if draft_forwards and time_draft > 0:
-            self.draft_step = time_draft / draft_forwards
-        for w, ts in verify_width_seconds.items():
-            self.verify[w] = sorted(ts)[len(ts) // 2]
-
-    def verify_cost(self, w: int) -> float:
-        """Seconds of a target pass of width ``w``: the median measured, else interpolated between
-        the nearest measured widths, else extrapolated from the nearest with a gentle slope (low
-        enough that an unmeasured width gets tried once)."""
-        if not self.verify:
-            return 1.0 + 0.05 * (w - 1)  # nothing measured yet: relative units
-        if w in self.verify:
-            return self.verify[w]
-        widths = sorted(self.verify)
-        lo = max((x for x in widths if x < w), default=None)
-        hi = min((x for x in widths if x > w), default=None)
-        if lo is not None and hi is not None:
-            return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (w - lo) / (hi - lo)
-        ref = lo if lo is not None else hi
-        return self.verify[ref] * max(0.5, 1 + 0.05 * (w - ref))  # 5% per token, either way
+def buckets_of(conf: torch.Tensor) -> torch.Tensor:
+    """Bucket 1..BUCKETS of a confidence in [0, 1] (NaN: bucket 0, no information)."""
+    b = (conf.nan_to_num(-1.0) * BUCKETS).floor().to(torch.int64).clamp(0, BUCKETS - 1) + 1
+    return torch.where(torch.isnan(conf), 0, b)
 
 
 class KRows:
-    """The K policy state of every row of a batch (rows join with :meth:`add`, leave with :meth:`keep`)."""
+    """The draft-length policy state of every row of a batch (rows join with :meth:`add` and
+    leave with :meth:`keep`)."""
 
     def __init__(self, max_k: int) -> None:
         self.max_k = max_k
-        self.k = torch.zeros(0, dtype=torch.int64)  # [B] the next K per row
+        self.k = torch.zeros(0, dtype=torch.int64)  # [B] fixed / heuristic K
         self.heuristic = torch.zeros(0, dtype=torch.bool)  # [B]
         self.auto = torch.zeros(0, dtype=torch.bool)  # [B]
-        # auto: per-row acceptance estimate, a Beta prior ~ alpha 0.6 (2.5 comparisons, 1.5 passed)
-        self.tested = torch.zeros(0, dtype=torch.float64)
-        self.passed = torch.zeros(0, dtype=torch.float64)
+        self.tried = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] tested tokens
+        self.passed = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] accepted ones
+        self.idle = torch.zeros(0, dtype=torch.int64)  # [B] empty drafts in a row
+        prior = (torch.arange(BUCKETS + 1, dtype=torch.float64) - 0.5) / BUCKETS  # bucket centres
+        prior[0] = _FIRST_PRIOR
+        self.prior = prior  # [buckets]
 
     def add(self, policies: list[KPolicy]) -> None:
         n = len(policies)
@@ -80,40 +75,93 @@ class KRows:
         self.k = torch.cat([self.k, torch.tensor(start, dtype=torch.int64)])
         self.heuristic = torch.cat([self.heuristic, torch.tensor([p == "heuristic" for p in policies])])
         self.auto = torch.cat([self.auto, torch.tensor([p == "auto" for p in policies])])
-        self.tested = torch.cat([self.tested, torch.full((n,), 2.5, dtype=torch.float64)])
-        self.passed = torch.cat([self.passed, torch.full((n,), 1.5, dtype=torch.float64)])
+        self.tried = torch.cat([self.tried, torch.zeros(n, BUCKETS + 1, dtype=torch.float64)])
+        self.passed = torch.cat([self.passed, torch.zeros(n, BUCKETS + 1, dtype=torch.float64)])
+        self.idle = torch.cat([self.idle, torch.zeros(n, dtype=torch.int64)])
 
     def keep(self, rows: torch.Tensor) -> None:
-        for name in ("k", "heuristic", "auto", "tested", "passed"):
+        for name in ("k", "heuristic", "auto", "tried", "passed", "idle"):
             setattr(self, name, getattr(self, name)[rows])
 
-    def observe(self, num_accepted: torch.Tensor, n_draft: torch.Tensor, scored: torch.Tensor,
-                costs: PassCosts) -> None:
-        """After a verification: ``num_accepted [B]`` of ``n_draft [B]``; ``scored [B]`` rows had
-        their draft cut by the drafter's own estimates (their acceptance is not the model's)."""
+    def predict(self, buckets: torch.Tensor) -> torch.Tensor:
+        """Calibrated acceptance per row for ``buckets [B]``: the row's own counts over the prior."""
+        rows = torch.arange(len(buckets))
+        s = _PRIOR_STRENGTH
+        return (self.passed[rows, buckets] + s * self.prior[buckets]) / (self.tried[rows, buckets] + s)
+
+    # -- before drafting ----------------------------------------------------------------------
+
+    def ask(self, room: torch.Tensor, costs: PassCosts, scoring: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(k, k_cap)`` per row: the model tokens to draft at most, and the scored (lookup)
+        tokens a drafter may offer; auto rows whose first token cannot pay draft no model token."""
+        k = torch.where(self.auto, torch.where(self._first_pays(costs), self.max_k, 0), self.k)
+        cap = torch.where(self.auto, self.max_k, self.k) if scoring else k
+        return torch.minimum(k, room), torch.minimum(torch.maximum(cap, k), room)
+
+    def _first_pays(self, costs: PassCosts) -> torch.Tensor:
+        """``[B]`` bool: a first draft token is expected to raise tokens per second (or a probe is due)."""
+        a1 = self.predict(torch.zeros(len(self.k), dtype=torch.int64))
+        v1, v2 = costs.verify_cost(1), costs.verify_cost(2)
+        return ((1 + a1) * v1 > v2 + costs.draft_step) | (self.idle >= PROBE_EVERY)
+
+    def more(self, costs: PassCosts) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        """The drafter's question after drafting token ``i`` (0-based) with confidence ``conf [B]``:
+        which rows should draft token ``i + 1``. Non-auto rows always go on (to their own K)."""
+        v = costs.table(self.max_k + 2)  # [max_k + 3] seconds per verify width
+        c = costs.draft_step
+        B = len(self.k)
+        P = self.predict(torch.zeros(B, dtype=torch.int64))  # P(token 0 accepted)
+        E = 1 + P  # expected tokens of the pass with token 0 verified
+        state = {"P": P, "E": E}
+
+        def more(i: int, conf: torch.Tensor) -> torch.Tensor:
+            j = i + 1  # tokens drafted so far
+            P_next = state["P"] * self.predict(buckets_of(conf.detach().double().cpu()))
+            cost = v[min(j + 1, len(v) - 1)] + j * c
+            cost_next = v[min(j + 2, len(v) - 1)] + (j + 1) * c
+            go = (state["E"] + P_next) * cost > state["E"] * cost_next  # the rate rises
+            state["P"], state["E"] = P_next, state["E"] + P_next
+            return go | ~self.auto
+
+        return more
+
+    # -- after verifying ----------------------------------------------------------------------
+
+    def observe(self, num_accepted: torch.Tensor, n_draft: torch.Tensor, confidence: torch.Tensor | None
+                ) -> torch.Tensor | None:
+        """After a verification: ``num_accepted [B]`` of ``n_draft [B]`` drafts; ``confidence [B, N]``
+        the drafter's own probability of each drafted token (NaN or None: none). Returns the
+        calibration evidence ``[3, buckets]`` (tokens tested, accepted, and the acceptance
+        predicted for them before this update), or None."""
         full = (num_accepted == n_draft) & (n_draft > 0)
         self.k = torch.where(self.heuristic, torch.where(full, self.k + 2, self.k - 1).clamp(1, self.max_k), self.k)
-        # Per-token acceptance MLE under the geometric model: accepted / comparisons made.
-        learn = self.auto & ~scored
-        rejected = (num_accepted < n_draft) & learn
-        self.passed += num_accepted * learn
-        self.tested += num_accepted * learn + rejected
-        if bool(self.auto.any()) and costs.verify:
-            self.k = torch.where(self.auto, self.best_k(costs), self.k)
-
-    def best_k(self, costs: PassCosts) -> torch.Tensor:
-        """``[B]`` argmax_K E[tokens]/cost per row, E = (1-a^(K+1))/(1-a), cost = K*draft + verify(K+1)."""
-        a = (self.passed / self.tested).clamp_max(0.999)[:, None]  # [B, 1]
-        base = costs.verify.get(1, min(costs.verify.values()))
-        draft = costs.draft_step if costs.draft_step is not None else 0.05 * base
-        K = torch.arange(1, self.max_k + 1, dtype=torch.float64)  # [max_k]
-        cost = K * draft + torch.tensor([costs.verify_cost(int(k) + 1) for k in K], dtype=torch.float64)
-        tokens = (1 - a ** (K + 1)) / (1 - a)  # [B, max_k]
-        return (tokens / cost).argmax(1) + 1
+        self.idle = torch.where(n_draft > 0, 0, self.idle + 1)
+        if confidence is None or confidence.shape[1] == 0 or not bool(self.auto.any()):
+            return None
+        conf = confidence.detach().double().cpu()  # [B, N]
+        B, N = conf.shape
+        slots = torch.arange(N)
+        tested = (slots < n_draft[:, None]) & (slots <= num_accepted[:, None]) & self.auto[:, None]  # [B, N]
+        # token j's predictor is the confidence of token j - 1 (bucket 0 for the first token)
+        prev = torch.cat([torch.full((B, 1), math.nan, dtype=torch.float64), conf[:, :-1]], dim=1)
+        buckets = buckets_of(prev)
+        buckets[:, 0] = 0
+        tested &= (slots[None] == 0) | ~torch.isnan(prev)  # model tokens only (copies have no confidence)
+        accepted = tested & (slots < num_accepted[:, None])
+        rows = torch.arange(B)[:, None].expand(B, N)
+        s = _PRIOR_STRENGTH
+        predicted = (self.passed[rows, buckets] + s * self.prior[buckets]) / (self.tried[rows, buckets] + s)
+        evidence = torch.zeros(3, BUCKETS + 1, dtype=torch.float64)
+        for i, x in enumerate((tested.double(), accepted.double(), predicted * tested)):
+            evidence[i].scatter_add_(0, buckets.flatten(), x.flatten())
+        self.tried.scatter_add_(1, buckets, tested.double())
+        self.passed.scatter_add_(1, buckets, accepted.double())
+        return evidence
 
     def cut(self, n_draft: torch.Tensor, accept_prob: torch.Tensor, costs: PassCosts
             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per auto row, the draft length <= ``n_draft`` that maximises expected tokens per second.
+        """Per auto row, the draft length <= ``n_draft`` that maximises expected tokens per second
+        of verifying, for drafters that score their tokens from the past only (prompt lookup).
 
         With a_j = ``accept_prob[b, j]`` (P(draft j accepted | drafts < j accepted)), verifying
         the first K drafts emits E_K = 1 + sum_{j<=K} prod_{i<=j} a_i tokens in expectation and
@@ -129,10 +177,6 @@ class KRows:
         rows = self.auto & ~(torch.isnan(accept_prob) & drafted).any(1) & (n_draft > 0)  # [B]
         a = torch.where(drafted, accept_prob, 0.0).nan_to_num(0.0).clamp(0.0, 1.0)  # [B, K]
         expected = torch.cat([torch.ones(B, 1, dtype=a.dtype), 1 + a.cumprod(1).cumsum(1)], 1)  # [B, K+1]
-        cost = torch.tensor([costs.verify_cost(w) for w in range(1, K + 2)], dtype=a.dtype)  # [K+1]
+        cost = costs.table(K + 1)[1:].to(a.dtype)  # [K+1] widths 1..K+1
         rate = (expected / cost).masked_fill(torch.arange(K + 1)[None] > n_draft[:, None], -math.inf)
         return torch.where(rows, rate.argmax(1), n_draft), rows
-
-    def caps(self, scoring: bool) -> torch.Tensor:
-        """``[B]`` the most tokens to ask for per row: ``max_k`` for auto rows of a scoring drafter."""
-        return torch.where(self.auto & scoring, self.max_k, self.k) if scoring else self.k.clone()

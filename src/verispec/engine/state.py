@@ -9,7 +9,8 @@ import torch
 
 from ..runner import KVRunner
 from ..sampling import RowParams
-from .kpolicy import KRows, PassCosts
+from .costs import PassCosts
+from .kpolicy import KRows
 from .requests import Request
 from .stats import GenerationStats
 from .text import RowText
@@ -48,7 +49,7 @@ class BatchState:
         params: each row's sampling transform.
         gumbel: ``[B]`` bool rows verified (and drafted) by the Gumbel rule.
         policy: each row's draft-length policy state.
-        costs: measured pass and draft-step costs (shared: they are the machine's).
+        costs: the pass and draft-step costs the K policy weighs (measured once per decoder).
         stats: what this batch did so far.
         epoch: the decoder's batch this state belongs to (a newer ``start`` retires it).
     """

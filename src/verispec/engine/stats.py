@@ -9,7 +9,7 @@ import torch
 
 from ..verify import Verification
 
-__all__ = ["GenerationStats", "GenerationResult", "add_counts", "account", "uncount", "BONUS", "residual_origin"]
+__all__ = ["GenerationStats", "GenerationResult", "add_counts", "account", "uncount", "add_calibration", "BONUS", "residual_origin"]
 
 
 @dataclass
@@ -52,6 +52,9 @@ class GenerationStats:
     k_history: list[int] = field(default_factory=list)
     draft_lengths: list[int] = field(default_factory=list)  # [n] = row-passes that drafted n tokens
     verify_width_seconds: dict[int, list[float]] = field(default_factory=dict)
+    # the "auto" policy's calibration per confidence bucket (0: a draft's first token):
+    # model tokens tested, accepted, and the sum of their predicted acceptance
+    calibration: list[list[float]] = field(default_factory=lambda: [[], [], []])
 
     @property
     def tested(self) -> int:
@@ -85,6 +88,7 @@ class GenerationStats:
         keys = ("drafted", "accepted", "rejected", "emitted", "target_forwards", "row_steps", "draft_forwards",
                 "iterations", "wall", "time_prefill", "time_target", "time_draft", "time_verify")
         d = {k: getattr(self, k) for k in keys}
+        d.update(calibration=self.calibration, empty_drafts=self.draft_lengths[0] if self.draft_lengths else 0)
         d.update(alpha=self.alpha, draft_acceptance=self.draft_acceptance, tau=self.tau, time_other=self.time_other,
                  tokens_per_second=self.tokens_per_second, per_position_acceptance=self.per_position_acceptance)
         return d
@@ -154,3 +158,11 @@ def add_counts(total: list[int], counts: Sequence[int]) -> None:
     total.extend([0] * (len(counts) - len(total)))
     for i, n in enumerate(counts):
         total[i] += n
+
+
+def add_calibration(stats: GenerationStats, evidence: torch.Tensor) -> None:
+    """Add the K policy's calibration evidence ``[3, buckets]`` (tested, accepted, predicted)."""
+    for total, counts in zip(stats.calibration, evidence.tolist()):
+        total.extend([0.0] * (len(counts) - len(total)))
+        for i, x in enumerate(counts):
+            total[i] += x

@@ -33,7 +33,7 @@ from ..sampling import logits_to_probs
 from ..verify import Verification, verify_draft
 from .requests import Completion, RequestOutput
 from .state import BatchState, Row
-from .stats import BONUS, account, residual_origin, uncount
+from .stats import BONUS, account, add_calibration, residual_origin, uncount
 from .text import find_stop, trim_to_text
 
 if TYPE_CHECKING:
@@ -45,38 +45,37 @@ __all__ = ["step"]
 def step(dec: SpeculativeDecoder, state: BatchState) -> list[RequestOutput]:
     """Advance every row of ``state`` by one target pass; what each request got, finished rows retired."""
     t0 = time.perf_counter()
-    d, scored = draft(dec, state)
+    d = draft(dec, state)
     logits, hidden = target_pass(dec, state, d)
     out = verify_step(dec, state, d, logits)
-    outputs = commit(dec, state, d, out, hidden, scored)
+    outputs = commit(dec, state, d, out, hidden)
     state.stats.wall += time.perf_counter() - t0
     return outputs
 
 
-def draft(dec: SpeculativeDecoder, state: BatchState) -> tuple[Draft, torch.Tensor]:
-    """The nodes to verify per row, and ``[B]`` bool: rows cut by the drafter's own scores."""
+def draft(dec: SpeculativeDecoder, state: BatchState) -> Draft:
+    """The nodes to verify per row (each row's K policy decides how many)."""
     B = len(state)
-    none = torch.zeros(B, dtype=torch.bool)
     if dec.drafter is None:
         empty = torch.zeros(B, 0, dtype=torch.int64)
-        return Draft(empty, None, torch.zeros(B, dtype=torch.int64)), none
+        return Draft(empty, None, torch.zeros(B, dtype=torch.int64))
     room = (state.remaining() - 1).clamp_min(0)  # drafts + the bonus never overshoot max_new_tokens
     scoring = dec.drafter.scores_drafts
-    k = torch.minimum(state.policy.k, room)
-    k_cap = torch.minimum(state.policy.caps(scoring), room)
-    ask = DraftAsk(k, k_cap, state.params, state.gumbel, state.seeds, dec.target.vocab_size, dec.dtype)
+    policy = state.policy
+    k, k_cap = policy.ask(room, state.costs, scoring)
+    more = policy.more(state.costs) if bool(policy.auto.any()) else None
+    ask = DraftAsk(k, k_cap, state.params, state.gumbel, state.seeds, dec.target.vocab_size, dec.dtype, more)
     t0 = time.perf_counter()
     proposal = dec.drafter.propose(ask)
     state.stats.time_draft += time.perf_counter() - t0
     state.stats.draft_forwards += proposal.forwards
     n = torch.minimum(proposal.num_draft.cpu(), k_cap)
-    scored = none
-    if scoring and proposal.accept_prob is not None:
-        n, scored = state.policy.cut(n, proposal.accept_prob, state.costs)
+    if scoring and proposal.accept_prob is not None:  # lookup tokens: cut where they stop paying
+        n = policy.cut(n, proposal.accept_prob, state.costs)[0]
     # Verify only as wide as the longest draft: a pass of K+1 tokens costs more than one of fewer
     # (a prompt-lookup miss should cost a one-token step, not K+1).
     proposal.num_draft = n
-    return proposal.cut(int(n.max()) if B else 0), scored
+    return proposal.cut(int(n.max()) if B else 0)
 
 
 def target_pass(dec: SpeculativeDecoder, state: BatchState, d: Draft) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -110,16 +109,15 @@ def verify_step(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: to
     return out
 
 
-def commit(dec: SpeculativeDecoder, state: BatchState, d: Draft, out: Verification, hidden: torch.Tensor | None,
-           scored: torch.Tensor) -> list[RequestOutput]:
+def commit(dec: SpeculativeDecoder, state: BatchState, d: Draft, out: Verification, hidden: torch.Tensor | None
+           ) -> list[RequestOutput]:
     """Append what each row emitted, roll the caches back to it, end and retire finished rows."""
     n_draft = d.num_draft.cpu()
     account(state.stats, out, n_draft)
     emitted = _emit(dec, state, out, n_draft)
-    if bool(state.policy.auto.any()):
-        st = state.stats
-        state.costs.observe(st.verify_width_seconds, st.time_draft, st.draft_forwards)
-    state.policy.observe(out.num_accepted.cpu(), n_draft, scored, state.costs)
+    evidence = state.policy.observe(out.num_accepted.cpu(), n_draft, d.confidence)
+    if evidence is not None:
+        add_calibration(state.stats, evidence)
     _rollback(dec, state, out, emitted, hidden)
     outputs = [_output(dec, state, row, new) for row, new in zip(state.rows, emitted)]
     _retire(dec, state)

@@ -1,0 +1,123 @@
+"""What a target pass and a draft step cost on this machine: measured once, before requests run.
+
+The draft-length policy weighs expected tokens against these costs. They are measured when a
+decoder first needs them (before its first request with ``k="auto"``) and cached with the model
+and the drafter, never updated from live timings: a sampled "exact" request's text depends on its
+draft lengths, so the policy may read only the request's own history and a table fixed before it
+started (same seed, same text, whatever else runs on the machine).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..drafters import DraftAsk, Drafter
+from ..models import CausalLM
+from ..runner import KVRunner
+from ..sampling import SamplingParams
+
+__all__ = ["PassCosts", "measure_pass_costs"]
+
+_CONTEXT = 48  # tokens of context behind the timed passes
+_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class PassCosts:
+    """Seconds of a target pass per width (1 = plain decoding) and of one draft step.
+
+    ``verify`` need not hold every width: others are interpolated, and the table is read
+    through a running maximum so that a wider pass never costs less than a narrower one
+    (a measured dip is noise or a kernel switch, not a reason to draft more).
+    """
+
+    verify: dict[int, float] = field(default_factory=dict)
+    draft_step: float = 0.0
+
+    def verify_cost(self, w: int) -> float:
+        """Seconds of a target pass of width ``w`` (monotone in ``w``)."""
+        if not self.verify:
+            return 1.0 + 0.05 * (w - 1)  # relative units when nothing is measured (tests)
+        widths = sorted(self.verify)
+        best = 0.0
+        for x in widths:  # running maximum over the measured widths up to w
+            if x > w:
+                break
+            best = max(best, self.verify[x])
+        lo = max((x for x in widths if x <= w), default=None)
+        hi = min((x for x in widths if x > w), default=None)
+        if lo is None:
+            return self.verify[widths[0]]
+        if hi is None or lo == w:
+            return max(best, self.verify[lo] * (1 + 0.02 * (w - lo)))
+        mid = self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (w - lo) / (hi - lo)
+        return max(best, mid)
+
+    def table(self, max_w: int) -> torch.Tensor:
+        """``[max_w + 1]`` float64: entry w is :meth:`verify_cost` (w), entry 0 unused."""
+        return torch.tensor([0.0] + [self.verify_cost(w) for w in range(1, max_w + 1)], dtype=torch.float64)
+
+
+_CACHE: dict[tuple[int, int], dict[int, float]] = {}  # (id(model), max width) -> seconds per width
+
+
+def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int) -> PassCosts:
+    """Median seconds of a target pass of each width 1..``max_width`` (cached per model) and of a
+    draft step of ``drafter`` (cached on the drafter as ``_step_seconds``)."""
+    key = (id(target.model), max_width)
+    if key not in _CACHE:
+        _CACHE[key] = _time_widths(target, max_width)
+    return PassCosts(dict(_CACHE[key]), _draft_step(target, drafter))
+
+
+@torch.inference_mode()
+def _time_widths(target: CausalLM, max_width: int) -> dict[int, float]:
+    model = target.model
+    device = model.device
+    runner = KVRunner(model, 1)
+    runner.forward(torch.arange(4, 4 + _CONTEXT, device=device)[None] % target.vocab_size)
+    feed = torch.arange(max_width, device=device)[None] % target.vocab_size
+    runner.forward(feed[:, :1])  # warm-up
+    runner.truncate(runner.lengths - 1)
+    times: dict[int, list[float]] = {w: [] for w in range(1, max_width + 1)}
+    for _ in range(_REPEATS):
+        for w in times:  # interleaved over widths, so that drift hits all of them alike
+            t0 = time.perf_counter()
+            runner.forward(feed[:, :w], logits_to_keep=w)
+            times[w].append(time.perf_counter() - t0)
+            runner.truncate(runner.lengths - w)
+    return {w: sorted(ts)[len(ts) // 2] for w, ts in times.items()}
+
+
+def _draft_step(target: CausalLM, drafter: Drafter | None) -> float:
+    """Seconds per drafted token: proposals of 4 greedy tokens on a dummy prompt (cached)."""
+    if drafter is None:
+        return 0.0
+    cached = getattr(drafter, "_step_seconds", None)
+    if cached is not None:
+        return cached
+    prompt = [(5 + i) % target.vocab_size for i in range(_CONTEXT)]
+    features = None
+    if drafter.reads_target_features:
+        features = [torch.zeros(_CONTEXT - 1, target.model.config.hidden_size, dtype=target.model.dtype,
+                                device=target.model.device)]
+    drafter.keep(torch.zeros(0, dtype=torch.int64))
+    drafter.add([prompt], features)
+    ask = DraftAsk.of([4], target.vocab_size, SamplingParams(temperature=0), dtype=torch.float32)
+    times, forwards = [], 0
+    for _ in range(_REPEATS + 1):  # the first is a warm-up
+        t0 = time.perf_counter()
+        d = drafter.propose(ask)
+        times.append((time.perf_counter() - t0) / max(1, d.forwards))
+        forwards += d.forwards
+        emitted = d.tokens[0, : int(d.num_draft[0])].tolist() or [5]  # as if all were accepted
+        feats = None if features is None else [features[0][: len(emitted)]]
+        drafter.update([emitted], feats)
+    drafter.keep(torch.zeros(0, dtype=torch.int64))
+    # a drafter without a model (prompt lookup) takes no forward: drafting is free
+    seconds = sorted(times[1:])[len(times[1:]) // 2] if forwards else 0.0
+    drafter._step_seconds = seconds  # type: ignore[attr-defined]
+    return seconds

@@ -1,0 +1,107 @@
+"""The "auto" draft-length policy: calibrated per request, never paying for drafts that cannot
+pay, and deciding only from the past (the text of a seeded request does not depend on load)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from verispec.drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
+from verispec.engine import SpeculativeDecoder
+from verispec.engine import step as engine_step
+from verispec.engine.costs import PassCosts, measure_pass_costs
+from verispec.engine.kpolicy import BUCKETS, PROBE_EVERY, KRows, buckets_of
+from verispec.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0)
+FLAT = PassCosts({w: 1.0 for w in range(1, 16)}, draft_step=0.01)  # wide passes free, drafts cheap
+DEAR = PassCosts({w: 1.0 + 0.1 * (w - 1) for w in range(1, 16)}, draft_step=0.5)  # drafts cost half a pass
+
+
+def rows(n: int, policy="auto", max_k: int = 8) -> KRows:
+    k = KRows(max_k)
+    k.add([policy] * n)
+    return k
+
+
+def test_buckets_and_the_prior_read_confidence_as_acceptance():
+    assert buckets_of(torch.tensor([0.0, 0.05, 0.1, 0.95, 1.0, math.nan])).tolist() == [1, 1, 2, 10, 10, 0]
+    k = rows(1)
+    assert k.predict(torch.tensor([10])).item() == pytest.approx(0.95)
+    assert k.predict(torch.tensor([0])).item() == pytest.approx(0.5)
+
+
+def test_observe_calibrates_each_bucket_from_what_the_target_accepted():
+    k = rows(2)
+    conf = torch.tensor([[0.95, 0.95, 0.95], [0.15, 0.15, 0.15]], dtype=torch.float64)
+    for _ in range(20):  # row 0: its tokens after a 0.95 token fail; row 1: after a 0.15 token pass
+        evidence = k.observe(torch.tensor([1, 3]), torch.tensor([3, 3]), conf)
+    assert k.predict(torch.tensor([10, 10]))[0] < 0.1  # row 0 learned that bucket 10 fails
+    assert k.predict(torch.tensor([2, 2]))[1] > 0.9  # row 1 learned that bucket 2 passes
+    assert k.predict(torch.tensor([10, 10]))[1] == pytest.approx(0.95)  # rows keep their own counts
+    assert evidence.shape == (3, BUCKETS + 1) and evidence[0].sum() == 2 + 3  # tested: 2 in row 0, 3 in row 1
+
+
+def test_more_stops_when_the_next_token_cannot_pay():
+    k = rows(2)
+    more = k.more(DEAR)
+    go = more(0, torch.tensor([0.99, 0.02], dtype=torch.float64))
+    assert go.tolist() == [True, False]  # a near-certain token is worth a dear step, a 2% one is not
+    assert rows(2, policy=3).more(DEAR)(0, torch.tensor([0.0, 0.0])).tolist() == [True, True]  # fixed K drafts on
+
+
+def test_the_first_token_decides_whether_to_draft_at_all_and_probes_come_back():
+    k = rows(1)
+    k.tried[0, 0], k.passed[0, 0] = 50.0, 1.0  # first tokens of this request almost never pass
+    room = torch.tensor([20])
+    assert k.ask(room, DEAR, scoring=False)[0].item() == 0  # draft nothing
+    assert k.ask(room, FLAT, scoring=False)[0].item() == 8  # free drafts: still worth it
+    for _ in range(PROBE_EVERY):
+        k.observe(torch.tensor([0]), torch.tensor([0]), None)  # empty steps
+    assert k.ask(room, DEAR, scoring=False)[0].item() == 8  # a probe
+
+
+def test_auto_drafts_nothing_where_drafts_cannot_pay_and_outputs_stay_exact(tiny_target, tiny_draft):
+    prompts = ["hello world hello wor", "zz top"]
+    ref = SpeculativeDecoder(tiny_target, None).generate(prompts, 24, GREEDY).token_ids
+    cheap = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_draft), k="auto", costs=FLAT).generate(prompts, 24, GREEDY)
+    dear = PassCosts({w: 1.0 + 0.5 * (w - 1) for w in range(1, 16)}, draft_step=2.0)  # a draft costs 2 passes
+    none = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_draft), k="auto", costs=dear).generate(prompts, 24, GREEDY)
+    assert cheap.token_ids == none.token_ids == ref
+    assert cheap.stats.drafted > none.stats.drafted
+    lengths = none.stats.draft_lengths
+    assert lengths[0] >= 0.8 * sum(lengths)  # mostly empty drafts: only probes
+    assert sum(lengths[1:]) >= 1  # ... but it does probe
+
+
+def test_same_seed_same_text_whatever_the_clock_says(tiny_target, tiny_draft, monkeypatch):
+    """A seeded sampled "exact" request under auto: its text depends on its draft lengths, so
+    those may depend only on the request and a cost table fixed before it; two runs with very
+    different live timings (the engine's clock replaced) give the same text."""
+    sp = SamplingParams(temperature=0.9, seed=13)
+    texts = []
+    for speed in (1e-3, 1.0):
+        class Clock:
+            t = 0.0
+
+            @classmethod
+            def perf_counter(cls):
+                cls.t += speed * (1 + (len(texts) * 7 + int(cls.t * 1e6)) % 5)
+                return cls.t
+
+        monkeypatch.setattr(engine_step, "time", Clock)
+        dec = SpeculativeDecoder(tiny_target, HybridDrafter(ModelDrafter(tiny_draft)), k="auto",
+                                 costs=PassCosts({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.5, 13: 2.0}, 0.05))
+        texts.append(dec.generate(["abc abc abc", "the cat sat"], 30, sp).token_ids)
+    assert texts[0] == texts[1]
+
+
+def test_costs_are_measured_once_and_monotone(tiny_target, tiny_draft):
+    costs = measure_pass_costs(tiny_target, ModelDrafter(tiny_draft), 6)
+    assert set(costs.verify) == set(range(1, 7)) and costs.draft_step > 0
+    assert all(costs.verify_cost(w + 1) >= costs.verify_cost(w) for w in range(1, 10))
+    assert measure_pass_costs(tiny_target, PromptLookupDrafter(), 6).draft_step == 0.0
+    dip = PassCosts({1: 2.0, 4: 1.0, 8: 3.0})
+    assert dip.verify_cost(4) == 2.0 and dip.verify_cost(6) == 2.0 and dip.verify_cost(8) == 3.0

@@ -23,3 +23,18 @@ def tiny_target():
 def tiny_draft():
     """A different 1-layer random llama sharing the target's tokenizer."""
     return tiny_llama(vocab_size=64, seed=1, layers=1, dtype=torch.float64)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _costs_file(tmp_path_factory):
+    """Pass costs measured by the tests go to a file of their own, not the user's cache."""
+    import os
+
+    path = tmp_path_factory.mktemp("costs") / "pass-costs.json"
+    old = os.environ.get("VERISPEC_COSTS")
+    os.environ["VERISPEC_COSTS"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("VERISPEC_COSTS", None)
+    else:
+        os.environ["VERISPEC_COSTS"] = old

@@ -31,14 +31,16 @@ def test_generate_prints_text_and_summary(model_dirs, capsys, draft):
 
 
 def test_generate_default_k_keeps_sampled_text_reproducible(model_dirs, capsys):
-    """Greedy runs use k=auto; sampled exact runs a fixed k, so one seed gives one text."""
-    target, _ = model_dirs
+    """k=auto is the default for every method, and one seed gives one text: auto reads a cost
+    table measured once (kept in the costs file), not live timings. Each run loads the models
+    afresh, as separate processes would."""
+    target, draft = model_dirs
     texts = []
     for temperature in ("0", "0.9", "0.9"):
-        assert main(["generate", "abc abc abc", "--target", str(target), "--draft", "ngram",
+        assert main(["generate", "abc abc abc", "--target", str(target), "--draft", str(draft),
                      "--max-new-tokens", "16", "--temperature", temperature, "--seed", "5"]) == 0
         out = capsys.readouterr()
-        assert ("k=auto" if temperature == "0" else "k=4") in out.err
+        assert "k=auto" in out.err
         texts.append(out.out)
     assert texts[1] == texts[2]
 

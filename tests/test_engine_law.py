@@ -7,9 +7,8 @@ generations concentrate on few sequences. The target's exact sequence law is enu
 the model itself (see :func:`sequence_law`), and each configuration's 2,000 generations are
 G-tested against it. The same test must reject engines whose verifier is wrong.
 
-Deterministic: every row has a fixed seed, and the engine's clock is replaced by a fixed
-sequence of durations, so that the timing-driven "auto" draft lengths are the same on every
-run (draft lengths change which text a seed gives, never its law). At ALPHA = 1e-4 per
+Deterministic: every row has a fixed seed, and "auto" weighs a fixed cost table, so its draft
+lengths (which change which text a seed gives, never its law) are the same on every run. At ALPHA = 1e-4 per
 configuration a correct engine would fail with probability < 1e-3 over fresh seeds.
 """
 
@@ -24,8 +23,7 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from verispec.engine import decoder as engine_decoder
-from verispec.engine import step as engine_step
+from verispec.engine.costs import PassCosts
 from verispec.drafters import EagleDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
 from verispec.engine import GenerationResult, SpeculativeDecoder
 from verispec.models import CausalLM
@@ -175,28 +173,17 @@ def make_drafter(kind: str, target: CausalLM, draft_lm: CausalLM):
     }[kind]()
 
 
-class _Clock:
-    """Stands in for the engine's ``time`` module: a fixed sequence of varying durations, so that
-    "auto" picks the same (and not always the same) draft lengths on every run."""
-
-    def __init__(self) -> None:
-        self.calls, self.now = 0, 0.0
-
-    def perf_counter(self) -> float:
-        self.calls += 1
-        self.now += 1e-3 * (1 + (self.calls * 7919 % 17) / 8)
-        return self.now
+# "auto" weighs a fixed cost table (never live timings): cheap drafts and gently wider passes,
+# so that drafts run deep where the drafter is confident and stop where it is not.
+COSTS = PassCosts({w: 1.0 + 0.03 * (w - 1) for w in range(1, 16)}, draft_step=0.03)
 
 
 def generate(target: CausalLM, drafter, k, sp: SamplingParams, prompt_ids: list[list[int]], seed0: int,
              monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[list[int]]], GenerationResult]:
     """ROWS generations per prompt in ONE batch, prompts interleaved; returns them per prompt."""
-    clock = _Clock()
-    monkeypatch.setattr(engine_step, "time", clock)
-    monkeypatch.setattr(engine_decoder, "time", clock)
     P = len(prompt_ids)
     rows = [prompt_ids[i % P] for i in range(P * ROWS)]
-    res = SpeculativeDecoder(target, drafter, k=k).generate(rows, N_NEW, sp, seeds=range(seed0, seed0 + len(rows)))
+    res = SpeculativeDecoder(target, drafter, k=k, costs=COSTS).generate(rows, N_NEW, sp, seeds=range(seed0, seed0 + len(rows)))
     return [res.token_ids[i::P] for i in range(P)], res
 
 
@@ -272,3 +259,27 @@ def test_the_law_test_rejects_an_engine_with_a_wrong_verifier(target, draft_lm, 
     samples, _ = generate(target, make_drafter(kind, target, draft_lm), k, T1, prompt_ids, 7, monkeypatch)
     pvalue = g_test(samples, laws[T1])
     assert pvalue < 1e-8, pvalue  # measured: 0.0 (accept all), 1e-77 to 1e-86 (residual = p)
+
+
+def test_the_law_test_rejects_a_policy_that_cuts_a_draft_by_its_own_probability(target, draft_lm, prompt_ids, laws,
+                                                                                 monkeypatch):
+    """Power for the draft-length policy: deciding whether token i is verified from token i's own
+    probability (here: a row's draft ends before its first token the drafter gave less than 0.5)
+    biases the output, which is why "auto" decides token i + 1 from the tokens up to i only."""
+    from verispec.engine import step as engine_step
+
+    real = engine_step.draft
+
+    def biased(dec, state):
+        d = real(dec, state)
+        if d.confidence is None or d.width == 0:
+            return d
+        low = d.confidence.cpu() < 0.5  # [B, N]
+        first_low = torch.where(low.any(1), low.to(torch.int64).argmax(1), d.width)
+        d.num_draft = torch.minimum(d.num_draft, first_low)
+        return d
+
+    monkeypatch.setattr(engine_step, "draft", biased)
+    samples, _ = generate(target, make_drafter("model", target, draft_lm), 4, T1, prompt_ids, 11, monkeypatch)
+    pvalue = g_test(samples, laws[T1])
+    assert pvalue < 1e-8, pvalue  # measured: 1.7e-31

@@ -46,9 +46,10 @@ def test_observe_calibrates_each_bucket_from_what_the_target_accepted():
 
 def test_more_stops_when_the_next_token_cannot_pay():
     k = rows(2)
-    more = k.more(DEAR)
-    go = more(0, torch.tensor([0.99, 0.02], dtype=torch.float64))
-    assert go.tolist() == [True, False]  # a near-certain token is worth a dear step, a 2% one is not
+    mid = PassCosts({w: 1.0 + 0.1 * (w - 1) for w in range(1, 16)}, draft_step=0.2)
+    go = k.more(mid)(0, torch.tensor([0.99, 0.02], dtype=torch.float64))
+    assert go.tolist() == [True, False]  # after a near-certain token the next is worth a step; after a 2% one not
+    assert k.more(DEAR)(0, torch.tensor([0.99, 0.02], dtype=torch.float64)).tolist() == [False, False]
     assert rows(2, policy=3).more(DEAR)(0, torch.tensor([0.0, 0.0])).tolist() == [True, True]  # fixed K drafts on
 
 
@@ -105,3 +106,18 @@ def test_costs_are_measured_once_and_monotone(tiny_target, tiny_draft):
     assert measure_pass_costs(tiny_target, PromptLookupDrafter(), 6).draft_step == 0.0
     dip = PassCosts({1: 2.0, 4: 1.0, 8: 3.0})
     assert dip.verify_cost(4) == 2.0 and dip.verify_cost(6) == 2.0 and dip.verify_cost(8) == 3.0
+
+
+def test_the_cost_table_is_kept_per_model_drafter_and_machine(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """A second process (fresh objects, in-memory cache cleared) reads the table the first wrote."""
+    from verispec.engine import costs as costs_module
+
+    monkeypatch.setenv("VERISPEC_COSTS", str(tmp_path / "costs.json"))
+    first = measure_pass_costs(tiny_target, ModelDrafter(tiny_draft), 5)
+    monkeypatch.setattr(costs_module, "_CACHE", {})
+    again = measure_pass_costs(tiny_target, ModelDrafter(tiny_draft), 5)
+    assert again == first and (tmp_path / "costs.json").exists()
+    lookup = measure_pass_costs(tiny_target, PromptLookupDrafter(), 5)  # another drafter: its own entry
+    assert lookup.draft_step == 0.0 and set(lookup.verify) == set(first.verify)
+    (tmp_path / "costs.json").write_text("not json")  # unreadable: measured again, not an error
+    assert measure_pass_costs(tiny_target, PromptLookupDrafter(), 5).draft_step == 0.0

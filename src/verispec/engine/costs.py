@@ -1,25 +1,30 @@
 """What a target pass and a draft step cost on this machine: measured once, before requests run.
 
 The draft-length policy weighs expected tokens against these costs. They are measured when a
-decoder first needs them (before its first request with ``k="auto"``) and cached with the model
-and the drafter, never updated from live timings: a sampled "exact" request's text depends on its
+decoder with a drafter first starts a batch, and kept in a file per model, drafter and machine
+(:func:`costs_file`), never updated from live timings: a sampled "exact" request's text depends on its
 draft lengths, so the policy may read only the request's own history and a table fixed before it
 started (same seed, same text, whatever else runs on the machine).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import platform
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from ..drafters import DraftAsk, Drafter
-from ..models import CausalLM
+from ..models import CausalLM, cache_dir
 from ..runner import KVRunner
 from ..sampling import SamplingParams
 
-__all__ = ["PassCosts", "measure_pass_costs"]
+__all__ = ["PassCosts", "measure_pass_costs", "costs_file"]
 
 _CONTEXT = 48  # tokens of context behind the timed passes
 _REPEATS = 3
@@ -65,12 +70,59 @@ _CACHE: dict[tuple[int, int], dict[int, float]] = {}  # (id(model), max width) -
 
 
 def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int) -> PassCosts:
-    """Median seconds of a target pass of each width 1..``max_width`` (cached per model) and of a
-    draft step of ``drafter`` (cached on the drafter as ``_step_seconds``)."""
+    """Median seconds of a target pass of each width 1..``max_width`` and of a draft step of
+    ``drafter``: read from the costs file (:func:`costs_file`) when it holds this model, drafter
+    and machine, else measured and written there, so every process on a machine uses one table."""
+    disk_key = "|".join([target.name, getattr(drafter, "name", "none"), _cpu_model(), f"torch {torch.__version__}",
+                         f"threads {torch.get_num_threads()}", f"widths {max_width}"])
+    stored = _read_costs().get(disk_key)
+    if stored is not None:
+        return PassCosts({int(w): float(t) for w, t in stored["verify"].items()}, float(stored["draft_step"]))
     key = (id(target.model), max_width)
     if key not in _CACHE:
         _CACHE[key] = _time_widths(target, max_width)
-    return PassCosts(dict(_CACHE[key]), _draft_step(target, drafter))
+    costs = PassCosts(dict(_CACHE[key]), _draft_step(target, drafter))
+    _write_costs(disk_key, {"verify": costs.verify, "draft_step": costs.draft_step})
+    return costs
+
+
+def costs_file() -> Path:
+    """Where measured costs are kept: ``$VERISPEC_COSTS``, else ``pass-costs.json`` in verispec's
+    cache directory. Delete it to measure again (e.g. after a change of kernels)."""
+    env = os.environ.get("VERISPEC_COSTS")
+    return Path(env).expanduser() if env else cache_dir() / "pass-costs.json"
+
+
+def _read_costs() -> dict:
+    try:
+        data = json.loads(costs_file().read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: measure again
+
+
+def _write_costs(key: str, entry: dict) -> None:
+    """Add one entry to the costs file, atomically (a temporary file renamed over it)."""
+    path = costs_file()
+    data = _read_costs()
+    data[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".pass-costs-", delete=False) as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(f.name, path)
+    except OSError:
+        pass  # a read-only cache: the table still holds for this process
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 @torch.inference_mode()

@@ -50,8 +50,9 @@ class SpeculativeDecoder:
             (drafter-invariant).
         max_k: upper bound for the adaptive policies.
         costs: the pass and draft-step costs the ``"auto"`` policy weighs; default: measured on
-            this machine the first time an auto request arrives, then fixed (and cached with the
-            model and drafter), so live load never changes a request's draft lengths.
+            this machine at the first ``start`` (a few target passes and draft steps), then fixed
+            (and cached with the model and drafter), so live load never changes a request's
+            draft lengths.
     """
 
     def __init__(self, target: CausalLM | str, drafter: Drafter | None = None, *, k: KPolicy = 4,
@@ -88,9 +89,11 @@ class SpeculativeDecoder:
         a state from an earlier ``start`` can no longer be stepped."""
         self._epoch += 1
         device = self.target.model.device
+        # The drafter runs a dummy request to time its step: before any row of the batch exists.
+        costs = self.costs if self.drafter is not None else PassCosts()
         state = BatchState([], KVRunner(self.target.model, 0), torch.zeros(0, dtype=torch.int64, device=device),
                            torch.zeros(0, dtype=torch.int64, device=device), RowParams.of([]),
-                           torch.zeros(0, dtype=torch.bool), KRows(self.max_k), PassCosts(), GenerationStats(),
+                           torch.zeros(0, dtype=torch.bool), KRows(self.max_k), costs, GenerationStats(),
                            self._epoch)
         if self.drafter is not None:
             self.drafter.keep(torch.zeros(0, dtype=torch.int64))
@@ -296,10 +299,7 @@ class SpeculativeDecoder:
         state.seeds = torch.cat([state.seeds, torch.tensor(seeds, dtype=torch.int64, device=device)])
         state.params = state.params.cat(RowParams.of([r.sampling for r in requests]))
         state.gumbel = torch.cat([state.gumbel, torch.tensor([r.method == "gumbel" for r in rows])])
-        policies = [r.k if r.k is not None else self.k for r in requests]
-        state.policy.add(policies)
-        if "auto" in policies and self.drafter is not None:
-            state.costs = self.costs
+        state.policy.add([r.k if r.k is not None else self.k for r in requests])
 
     def target_step_seconds(self, context: Sequence[int], repeats: int = 3) -> float:
         """Median seconds of one-token target forwards after ``context`` (for speedup estimates)."""

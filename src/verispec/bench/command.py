@@ -210,6 +210,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     from ..models import load_causal_lm
     from .analysis import analyse
+    from .pass_table import pass_cost_table
     from .report import print_report, write_outputs
     from .runner import BenchSettings, run_benchmark
 
@@ -233,6 +234,8 @@ def run_bench(args: argparse.Namespace) -> int:
         target = load_causal_lm(args.target)
     notes: list[str] = []
     drafters = _load_drafters(args.draft, target, args.target, console, notes)
+    with console.status("measuring pass costs ..."):
+        pass_costs = pass_cost_table(target, drafters, _machine()["cpu"])
     settings = BenchSettings(max_new_tokens=opt["max_new_tokens"], sampling=opt["sampling"], ks=opt["ks"],
                              repeats=opt["repeats"], seed=args.seed, method=args.method,
                              compare_hf=args.compare == "hf")
@@ -279,6 +282,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "prompts": [{"id": p.id, "category": p.category, "chat": p.chat, "prompt_tokens": len(run.prompt_ids[p.id])}
                     for p in run.prompts],
         **report,
+        "pass_costs": pass_costs,
         "baseline_outputs": {m.prompt_id: target.tokenizer.decode(m.tokens, skip_special_tokens=True)
                              for m in run.measurements if m.config == run.configs[0].key and m.repeat == 0},
     }

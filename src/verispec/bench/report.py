@@ -131,6 +131,8 @@ def print_report(report: dict, console: Console) -> None:
             console.print(f"calibration {r['config']} (bucket of the previous token's confidence: "
                           f"predicted/observed acceptance): " + "; ".join(parts))
 
+    _print_pass_costs(report.get("pass_costs"), console)
+
     th = report["theory"]
     vr = ", ".join(f"{w}:{r:.2f}" for w, r in th["verify_ratio"].items())
     console.print(f"verify cost v(w)/v(1) measured: {vr or '-'}  (v(1) = {_f(th['v1_seconds'] and 1e3 * th['v1_seconds'], '.1f')} ms)")
@@ -375,3 +377,17 @@ def _plots(report: dict, out: Path) -> list[Path]:
 def _bucket_name(b: int) -> str:
     """A calibration bucket: 0 is a draft's first token, b >= 1 a confidence in ((b-1)/10, b/10]."""
     return "first" if b == 0 else f"{(b - 1) / 10:.1f}-{b / 10:.1f}"
+
+
+def _print_pass_costs(pc: dict | None, console: Console) -> None:
+    """The pass-cost table measured before the run (what k=auto weighs), against the goals."""
+    if not pc:
+        return
+    ratios = " ".join(f"{n}:{r:.2f}" for n, r in pc["ratio"].items())
+    console.print(f"pass costs on {pc['cpu']} (measured before the run; what k=auto weighs): v(1) = "
+                  f"{pc['v1_ms']:.1f} ms; v(n)/v(1): {ratios}")
+    for label, d in pc["drafters"].items():
+        console.print(f"  draft step {label}: {d['draft_step_ms']:.2f} ms, c = {d['c']:.3f}")
+    goals = "; ".join(f"{name} {g['value']:.2f} (goal <= {g['goal']:g}: {'met' if g['met'] else 'NOT met'})"
+                      for name, g in pc["goals"].items())
+    console.print(f"  goals: {goals}")

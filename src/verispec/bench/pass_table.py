@@ -1,0 +1,47 @@
+"""The pass-cost table every ``verispec bench`` run prints: where this machine stands.
+
+Speedup = tokens per pass / (verify cost + draft cost), so a run is read against what a pass of
+n tokens costs relative to a one-token pass, v(n)/v(1) for n = 1..16, and what one draft step
+costs, c = draft step / v(1). These are the numbers ``k="auto"`` weighs
+(:mod:`verispec.engine.costs`): measured once per model, drafter and machine before the run,
+on one row after a short context. The goals of the project (v(5)/v(1) <= 1.2, v(9)/v(1) <= 1.4,
+an EAGLE head's c <= 0.06) are checked against them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..drafters import EagleDrafter, HybridDrafter
+from ..engine.costs import measure_pass_costs
+from ..models import CausalLM
+
+__all__ = ["pass_cost_table", "GOALS"]
+
+MAX_WIDTH = 16
+GOALS = {"v5": 1.2, "v9": 1.4, "eagle_c": 0.06}
+
+
+def pass_cost_table(target: CausalLM, drafters: Sequence, cpu: str) -> dict:
+    """``{"cpu", "v1_ms", "ratio": {n: v(n)/v(1)}, "drafters": {label: {"draft_step_ms", "c"}}, "goals"}``
+    for the bench entries ``drafters`` (objects with ``label``, ``drafter`` and ``kind``)."""
+    base = measure_pass_costs(target, None, MAX_WIDTH)
+    v1 = base.verify[1]
+    ratio = {n: base.verify[n] / v1 for n in range(1, MAX_WIDTH + 1)}
+    rows, eagle = {}, []
+    for d in drafters:
+        step = measure_pass_costs(target, d.drafter, MAX_WIDTH).draft_step
+        rows[d.label] = {"kind": d.kind, "draft_step_ms": 1e3 * step, "c": step / v1}
+        if _is_eagle(d.drafter):
+            eagle.append(step / v1)
+    goals = {"v5_over_v1": {"value": ratio[5], "goal": GOALS["v5"], "met": ratio[5] <= GOALS["v5"]},
+             "v9_over_v1": {"value": ratio[9], "goal": GOALS["v9"], "met": ratio[9] <= GOALS["v9"]}}
+    if eagle:
+        goals["eagle_c"] = {"value": min(eagle), "goal": GOALS["eagle_c"], "met": min(eagle) <= GOALS["eagle_c"]}
+    return {"cpu": cpu, "v1_ms": 1e3 * v1, "ratio": ratio, "drafters": rows, "goals": goals}
+
+
+def _is_eagle(drafter) -> bool:
+    """An EAGLE head, alone or behind prompt lookup."""
+    inner = drafter.model if isinstance(drafter, HybridDrafter) else drafter
+    return isinstance(inner, EagleDrafter)

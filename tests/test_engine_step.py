@@ -9,8 +9,15 @@ import pytest
 import torch
 
 from verispec.draft import Draft
-from verispec.drafters import (DraftAsk, DrafterBase, HybridDrafter, ModelDrafter, PromptLookupDrafter, make_drafter,
-                               register)
+from verispec.drafters import (
+    DraftAsk,
+    DrafterBase,
+    HybridDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    make_drafter,
+    register,
+)
 from verispec.drafters import registry as drafter_registry
 from verispec.engine import Request, SpeculativeDecoder
 from verispec.sampling import SamplingParams

@@ -15,9 +15,21 @@ from .eagle import EagleDrafter
 from .hybrid import HybridDrafter
 from .lookup import PromptLookupDrafter
 from .model import ModelDrafter
-from .registry import (BUILTIN_DRAFT_MODELS, DEFAULT_DRAFT_MODEL, DEFAULT_DRAFTERS, EAGLE_BUILTINS, EAGLE_DRAFT,
+from .registry import (
+                       BUILTIN_DRAFT_MODELS,
+                       DEFAULT_DRAFT_MODEL,
+                       DEFAULT_DRAFTERS,
+                       EAGLE_BUILTINS,
+                       EAGLE_DRAFT,
                        default_drafter,
-                       eagle_head_dir, load_drafter, make_drafter, register, registered, resolve_spec, split_spec)
+                       eagle_head_dir,
+                       load_drafter,
+                       make_drafter,
+                       register,
+                       registered,
+                       resolve_spec,
+                       split_spec,
+)
 from .sampling import agreement, greedy_draft, sample_draft, to_target_vocab
 
 __all__ = ["Draft", "DraftAsk", "Drafter", "DrafterBase", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter",

@@ -1,4 +1,4 @@
-"""The ``verispec`` command line: ``certify`` (and, as they land, ``generate``, ``bench``, ``distill``)."""
+"""The ``verispec`` command line: ``generate``, ``bench``, ``certify`` and ``distill``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
+
+from .exits import run_command
 
 __all__ = ["main"]
 
@@ -19,14 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        Console(stderr=True).print("[yellow]interrupted[/]")
-        return 130
-    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as e:  # user errors: one clear line
-        Console(stderr=True).print(f"[red]verispec {args.command}: error:[/] {e}")
-        return 2
+    return run_command(args.command, lambda: args.func(args))
 
 
 def _parser() -> argparse.ArgumentParser:

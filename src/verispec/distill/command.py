@@ -103,17 +103,10 @@ def _print_summary(s: dict, out: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m verispec.distill``: the same as ``verispec distill`` (one-line errors, exit codes
     2 for a usage error, 130 on Ctrl-C), without importing the CLI."""
-    from rich.console import Console
+    from ..exits import run_command
 
     parser = argparse.ArgumentParser(prog="verispec distill",
                                      description="Train a small draft model to imitate a target.")
     add_distill_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        return run_from_args(args)
-    except KeyboardInterrupt:
-        Console(stderr=True).print("[yellow]interrupted[/]")
-        return 130
-    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as e:  # user errors: one clear line
-        Console(stderr=True).print(f"[red]verispec distill: error:[/] {e}")
-        return 2
+    return run_command("distill", lambda: run_from_args(args))

@@ -38,3 +38,21 @@ def _costs_file(tmp_path_factory):
         os.environ.pop("VERISPEC_COSTS", None)
     else:
         os.environ["VERISPEC_COSTS"] = old
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _kernels_file(tmp_path_factory):
+    """Kernel choices measured by the tests go to a file of their own, not the user's cache;
+    they are measured by default (unset $VERISPEC_KERNEL_CHOICE)."""
+    import os
+
+    path = tmp_path_factory.mktemp("kernels") / "cpu-kernels.json"
+    old = {k: os.environ.get(k) for k in ("VERISPEC_KERNELS", "VERISPEC_KERNEL_CHOICE")}
+    os.environ["VERISPEC_KERNELS"] = str(path)
+    os.environ.pop("VERISPEC_KERNEL_CHOICE", None)
+    yield path
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -123,17 +123,18 @@ def test_float16_draft_weights_keep_greedy_output_exact() -> None:
     greedy = SamplingParams(temperature=0)
     ref = SpeculativeDecoder(target, None).generate(prompts, 20, greedy).token_ids
     files = tiny_eagle(target, seed=3)
-    for drafter in (EagleDrafter(files, weights="fp16"), HybridDrafter(EagleDrafter(files))):
+    for drafter in (EagleDrafter(files, weights="fp16"), HybridDrafter(EagleDrafter(files, weights="fp16"))):
         dec = SpeculativeDecoder(target, drafter, k=3)
         eagle = drafter.model if isinstance(drafter, HybridDrafter) else drafter
-        assert eagle.model.fp16  # "auto" = fp16 on a float32 CPU target
+        assert eagle.model.fp16
         res = dec.generate(prompts, 20, greedy)
         assert res.token_ids == ref and res.stats.drafted > 0
 
 
 def test_draft_steps_use_cpu_kernels_only_on_the_cpu(monkeypatch) -> None:
     """A bound head packs (or float16-copies) its weights on the CPU; on another device (here
-    "meta") it keeps plain ``F.linear`` matmuls, "auto" means fp32 there and "fp16" is refused."""
+    "meta") it keeps plain ``F.linear`` matmuls, "auto" means fp32 there (measured or fixed
+    choice) and "fp16" is refused."""
     from verispec import eagle
     from verispec.models import fp16_linear
 
@@ -146,18 +147,57 @@ def test_draft_steps_use_cpu_kernels_only_on_the_cpu(monkeypatch) -> None:
     fp32 = bind_eagle(files, target, weights="fp32")
     assert fp32._step.cpu and calls == ["pack"] * 9 and not fp32.fp16  # fc, q, k, v, o, gate, up, down, out
     calls.clear()
+    monkeypatch.setenv("VERISPEC_KERNEL_CHOICE", "fixed")  # "auto" = fp16 where fbgemm exists, untimed
     auto = bind_eagle(files, target)
     has_fbgemm = fp16_linear(torch.zeros(2, 2)) is not None
     assert auto.fp16 == has_fbgemm and calls[:9] == ["fp16"] * 9
 
     target.model.to("meta")
-    calls.clear()
-    meta = bind_eagle(files, target)
-    assert meta.device.type == "meta" and next(meta.head.parameters()).device.type == "meta"
-    assert meta._step is not None and not meta._step.cpu and not meta.fp16 and calls == []
+    for choice in ("fixed", "measured"):
+        monkeypatch.setenv("VERISPEC_KERNEL_CHOICE", choice)
+        calls.clear()
+        meta = bind_eagle(files, target)
+        assert meta.device.type == "meta" and next(meta.head.parameters()).device.type == "meta"
+        assert meta._step is not None and not meta._step.cpu and not meta.fp16 and calls == []
     with pytest.raises(ValueError, match="CPU"):
         bind_eagle(files, target, weights="fp16")
     assert calls == []
+
+
+def test_auto_draft_weights_are_chosen_by_measurement(monkeypatch, tmp_path: Path) -> None:
+    """``weights="auto"`` times a one-row draft step's matmuls with float16 and float32 weights
+    once per machine and takes the faster (cached: a second bind times nothing); a target
+    float16 cannot serve (float64) is not timed."""
+    from verispec.models import fp16_linear, kernel_report, kernels
+
+    if fp16_linear(torch.zeros(2, 2)) is None:
+        pytest.skip("this torch build has no fbgemm float16 linear")
+
+    def faster(name):
+        def fake(calls, repeats=3, rivals=None):
+            fake.seen.append(list(calls))
+            return {k: 1.0 if k == name else 2.0 for k in calls}
+        fake.seen = []
+        return fake
+
+    target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    files = tiny_eagle(target, seed=2, vocab_map=torch.arange(0, 64, 3))
+    for fast, other in (("fp32", "fp16"), ("fp16", "fp32")):
+        monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / f"{fast}.json"))
+        timer = faster(fast)
+        monkeypatch.setattr(kernels, "_time_calls", timer)
+        draft = bind_eagle(files, target)
+        assert draft.fp16 == (fast == "fp16") and timer.seen == [["fp32", "fp16"]]
+        report = kernel_report(draft)["eagle"]
+        assert report["weights"] == fast and report["choice"] == "measured" and not report["cached"]
+        again = faster(other)
+        monkeypatch.setattr(kernels, "_time_calls", again)
+        draft = bind_eagle(files, target)
+        assert draft.fp16 == (fast == "fp16") and again.seen == [] and kernel_report(draft)["eagle"]["cached"]
+        assert bind_eagle(files, target, weights=other).fp16 == (other == "fp16")  # asked: never timed
+        assert again.seen == []
+    wide = tiny_llama(vocab_size=64, seed=0, dtype=torch.float64)
+    assert not bind_eagle(tiny_eagle(wide, seed=2), wide).fp16 and again.seen == []
 
 
 def test_save_load_round_trip(tiny_target, tmp_path: Path) -> None:

@@ -217,12 +217,14 @@ def test_fast_lm_head_matches_linear(bias: bool) -> None:
 
 def test_fast_head_flag(tiny_dir: Path) -> None:
     slow = load_causal_lm(tiny_dir, fast_head=False, fast_linears=False)
-    fast = load_causal_lm(tiny_dir)
+    fast = load_causal_lm(tiny_dir, kernel_choice="fixed")
+    measured = load_causal_lm(tiny_dir)  # whatever this machine's timing picked
     assert "forward" not in vars(slow.model.lm_head) and "forward" in vars(fast.model.lm_head)
     ids = torch.tensor([[1, 20, 21, 22, 23]])
-    torch.testing.assert_close(fast.model(ids).logits, slow.model(ids).logits, atol=1e-5, rtol=0)
-    loss = fast.model(ids, labels=ids).loss  # HF's loss .view()s the logits: they must be contiguous
-    assert torch.isfinite(loss)
+    for lm in (fast, measured):
+        torch.testing.assert_close(lm.model(ids).logits, slow.model(ids).logits, atol=1e-5, rtol=0)
+        loss = lm.model(ids, labels=ids).loss  # HF's loss .view()s the logits: they must be contiguous
+        assert torch.isfinite(loss)
 
 
 # ---------------------------------------------------------------------------------------------- built-in cache
@@ -431,7 +433,7 @@ def _cpu_kernels_expected(model: nn.Module) -> set[str]:
 
 
 def test_load_installs_the_cpu_kernels_on_a_cpu_model(tiny_dir: Path) -> None:
-    lm = load_causal_lm(tiny_dir)
+    lm = load_causal_lm(tiny_dir, kernel_choice="fixed")  # (measured choices: see the tests below)
     assert lm.model.device.type == "cpu"
     assert _kernels_in(lm.model) == _cpu_kernels_expected(lm.model) and "fast_lm_head" in _kernels_in(lm.model)
     plain = load_causal_lm(tiny_dir, fast_head=False, fast_linears=False, fast_attention=False)
@@ -463,13 +465,15 @@ def test_apply_cpu_kernels_goes_by_the_model_device(monkeypatch: pytest.MonkeyPa
     lm = tiny_llama(seed=3, dtype=torch.float32)
     for fake in ("cuda", "mps", "meta"):
         monkeypatch.setattr(kernels, "model_device", lambda model, fake=fake: torch.device(fake))
-        assert apply_cpu_kernels(lm.model) == ()
-        assert _kernels_in(lm.model) == set()
+        for choice in ("fixed", "measured"):
+            assert apply_cpu_kernels(lm.model, choice=choice) == ()
+            assert _kernels_in(lm.model) == set()
     monkeypatch.undo()
     want = _cpu_kernels_expected(lm.model)
-    assert apply_cpu_kernels(lm.model) == tuple(k for k in KERNELS if k in want)
+    assert apply_cpu_kernels(lm.model, choice="fixed") == tuple(k for k in KERNELS if k in want)
     assert _kernels_in(lm.model) == want
-    assert apply_cpu_kernels(lm.model) == ()  # idempotent: nothing left to install
+    assert apply_cpu_kernels(lm.model, choice="fixed") == ()  # idempotent: nothing left to install
+    assert apply_cpu_kernels(lm.model, choice="measured") == ()  # nor for a measured choice
 
 
 def test_each_cpu_kernel_refuses_weights_off_the_cpu() -> None:
@@ -482,3 +486,218 @@ def test_each_cpu_kernel_refuses_weights_off_the_cpu() -> None:
     assert _kernels_in(lm.model) == set()
     w = torch.zeros(4, 3, device="meta")
     assert pack_weight(w) is None and fp16_linear(w) is None
+
+
+# ---------------------------------------------------------------------------------------------- kernels chosen by measurement
+
+
+def _fake_timer(time_of):  # type: ignore[no-untyped-def]
+    """A stand-in for ``kernels._time_calls``: ``time_of(key)`` seconds per call, where a key is
+    ``(shape key, kernel, rows)`` for linears or an alternative's name (``measured_choice``).
+    ``.seen`` records the keys of each call."""
+    def fake(calls, repeats=3, rivals=None):  # type: ignore[no-untyped-def]
+        fake.seen.append(list(calls))
+        return {k: float(time_of(k)) for k in calls}
+    fake.seen = []
+    return fake
+
+
+def _faster(kernel: str):  # type: ignore[no-untyped-def]
+    """Every call of ``kernel`` takes 1 s, every other 2 s."""
+    return _fake_timer(lambda k: 1.0 if (k[1] if isinstance(k, tuple) else k) == kernel else 2.0)
+
+
+def _linears(model: nn.Module) -> list[nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, nn.Linear)]
+
+
+def _packed_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Spy on the packed kernel: the row counts it is called with."""
+    from verispec.models import kernels
+
+    rows: list[int] = []
+    real = kernels.packed_linear
+    monkeypatch.setattr(kernels, "packed_linear", lambda x, p, b=None: rows.append(x.shape[0]) or real(x, p, b))
+    return rows
+
+
+def test_measured_plain_faster_keeps_every_linear_plain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where timing says F.linear is faster for every row count, no linear gets a packed weight or
+    another forward, no packed kernel runs, and outputs are bit-identical to the plain model."""
+    from verispec.models import apply_cpu_kernels, kernel_report, kernels
+
+    monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
+    fake = _faster("plain")
+    monkeypatch.setattr(kernels, "_time_calls", fake)
+    lm, ref = tiny_llama(seed=3, dtype=torch.float32), tiny_llama(seed=3, dtype=torch.float32)
+    assert apply_cpu_kernels(lm.model, attention=False) == ()
+    timed = {k[1] for k in fake.seen[0]}
+    assert timed == ({"plain", "packed", "mm_t"} if torch.backends.mkldnn.is_available() else {"plain", "mm_t"})
+    assert not any(hasattr(m, "packed_weight") or "forward" in vars(m) for m in _linears(lm.model))
+    report = kernel_report(lm)
+    assert report["choice"] == "measured" and report["measured"] and report["head"]["rows"] == {"plain": list(range(1, 33))}
+    assert all(v["packed_rows"] == [] for v in report["linears"].values()) and len(report["linears"]) == 4
+    rows = _packed_calls(monkeypatch)
+    ids = torch.randint(4, 64, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for t in (1, 2, 5, 16, 40):
+            assert torch.equal(lm.model(ids[:, :t]).logits, ref.model(ids[:, :t]).logits)
+    assert rows == []
+
+
+def test_measured_packed_faster_packs_every_linear(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where timing says the packed kernel is faster, every linear runs it for 1..16 rows (the
+    head 1..32) and F.linear beyond; outputs equal the plain model's to float32 rounding."""
+    from verispec.models import apply_cpu_kernels, kernel_report, kernels
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
+    monkeypatch.setattr(kernels, "_time_calls", _faster("packed"))
+    lm, ref = tiny_llama(seed=3, dtype=torch.float32), tiny_llama(seed=3, dtype=torch.float32)
+    assert apply_cpu_kernels(lm.model, attention=False) == ("fast_small_linears",)
+    assert all(hasattr(m, "packed_weight") for m in _linears(lm.model))
+    report = kernel_report(lm)
+    assert all(v["packed_rows"] == list(range(1, 17)) for v in report["linears"].values())
+    assert report["head"]["rows"] == {"packed": list(range(1, 33))} and report["head"]["beyond"] == "plain"
+    rows = _packed_calls(monkeypatch)
+    ids = torch.randint(4, 64, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for t in (1, 5, 16):
+            rows.clear()
+            torch.testing.assert_close(lm.model(ids[:, :t]).logits, ref.model(ids[:, :t]).logits, atol=1e-4, rtol=1e-4)
+            assert rows == [t] * (2 * 7 + 1)  # q, k, v, o, gate, up, down per layer, and the head
+        rows.clear()
+        assert torch.equal(lm.model(ids).logits, ref.model(ids).logits) and rows == []  # 40 rows: F.linear
+
+
+def test_measured_choice_goes_per_row_count(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each row count gets the faster kernel, row counts between the timed ones by interpolation
+    (F.linear costs n, packed 6.5: packed from 7 rows, which is not timed); the head's
+    ``(W @ x.T).T`` where it is fastest, and beyond 32 rows the faster unpacked kernel."""
+    from verispec.models import apply_cpu_kernels, kernel_report, kernels
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    assert 7 not in kernels.MEASURE_ROWS
+    monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
+    cost = {"plain": lambda n: n, "packed": lambda n: 6.5, "mm_t": lambda n: 0.5 if n <= 2 else 15 if n == 16 else n + 0.5}
+    monkeypatch.setattr(kernels, "_time_calls", _fake_timer(lambda k: cost[k[1]](k[2])))
+    lm, ref = tiny_llama(seed=3, dtype=torch.float32), tiny_llama(seed=3, dtype=torch.float32)
+    assert apply_cpu_kernels(lm.model, attention=False) == ("fast_lm_head", "fast_small_linears")
+    report = kernel_report(lm)
+    assert all(v["packed_rows"] == list(range(7, 17)) for v in report["linears"].values())
+    assert report["head"] == {"shape": "32x64", "rows": {"packed": list(range(7, 33)), "mm_t": [1, 2],
+                                                        "plain": [3, 4, 5, 6]}, "beyond": "mm_t"}
+    ids = torch.randint(4, 64, (1, 40), generator=torch.Generator().manual_seed(0))
+    rows = _packed_calls(monkeypatch)
+    with torch.no_grad():
+        for t in (1, 2, 6, 7, 9, 40):
+            rows.clear()
+            torch.testing.assert_close(lm.model(ids[:, :t]).logits, ref.model(ids[:, :t]).logits, atol=1e-4, rtol=1e-4)
+            assert rows == ([t] * 15 if 7 <= t <= 16 else [])
+
+
+def test_measured_choice_is_cached_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The first load writes the choices (keyed by CPU, torch, threads and shape); a later load
+    reads them and times nothing, another thread count times again."""
+    from verispec.models import apply_cpu_kernels, kernel_report, kernels, kernels_file
+
+    path = tmp_path / "sub" / "k.json"
+    monkeypatch.setenv("VERISPEC_KERNELS", str(path))
+    assert kernels_file() == path
+    first = _faster("mm_t")
+    monkeypatch.setattr(kernels, "_time_calls", first)
+    a = tiny_llama(seed=3, dtype=torch.float32)
+    assert apply_cpu_kernels(a.model, attention=False) == ("fast_lm_head",)
+    assert len(first.seen) == 1 and path.is_file() and not list(path.parent.glob(".cpu-kernels-*"))
+    stored = json.loads(path.read_text())
+    keys = list(stored["entries"])
+    assert len(keys) == (5 if torch.backends.mkldnn.is_available() else 1)  # 4 decoder shapes and the head
+    assert all(f"torch {torch.__version__} | {torch.get_num_threads()} threads" in k for k in keys)
+
+    again = _faster("plain")  # would pick differently, if it were asked
+    monkeypatch.setattr(kernels, "_time_calls", again)
+    b = tiny_llama(seed=3, dtype=torch.float32)
+    assert apply_cpu_kernels(b.model, attention=False) == ("fast_lm_head",)
+    assert again.seen == [] and kernel_report(b)["measured"] == [] and kernel_report(b)["timing_seconds"] == 0
+    assert kernel_report(b)["head"] == kernel_report(a)["head"]
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        c = tiny_llama(seed=3, dtype=torch.float32)
+        assert apply_cpu_kernels(c.model, attention=False) == ()  # timed again: plain is faster now
+        assert len(again.seen) == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert len(json.loads(path.read_text())["entries"]) == 2 * len(keys)
+
+
+@pytest.mark.parametrize("content", ["{not json", '["a list"]', '{"format": 1, "entries": 3}',
+                                     "BAD ENTRY"])
+def test_corrupt_kernels_file_is_measured_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: str) -> None:
+    """An unreadable or malformed kernels file (or entry) is ignored: the kernels are timed
+    again and the file rewritten, never an error."""
+    from verispec.models import apply_cpu_kernels, kernel_report, kernels
+
+    path = tmp_path / "k.json"
+    monkeypatch.setenv("VERISPEC_KERNELS", str(path))
+    monkeypatch.setattr(kernels, "_time_calls", _faster("mm_t"))
+    if content == "BAD ENTRY":  # a well-formed file whose entries name a kernel that does not exist
+        apply_cpu_kernels(tiny_llama(seed=3, dtype=torch.float32).model, attention=False)
+        data = json.loads(path.read_text())
+        for entry in data["entries"].values():
+            entry["rows"] = ["warp_drive"] * len(entry["rows"])
+        content = json.dumps(data)
+    path.write_text(content)
+    timer = _faster("mm_t")
+    monkeypatch.setattr(kernels, "_time_calls", timer)
+    lm = tiny_llama(seed=3, dtype=torch.float32)
+    assert apply_cpu_kernels(lm.model, attention=False) == ("fast_lm_head",)
+    assert len(timer.seen) == 1 and kernel_report(lm)["measured"]
+    data = json.loads(path.read_text())
+    assert data["format"] == 1 and all("warp_drive" not in e["rows"] for e in data["entries"].values())
+
+
+def test_fixed_kernel_choice_is_the_escape_hatch(monkeypatch: pytest.MonkeyPatch, tiny_dir: Path,
+                                                 tmp_path: Path) -> None:
+    """``$VERISPEC_KERNEL_CHOICE=fixed`` (or ``kernel_choice="fixed"``) installs the fixed kernels
+    without timing anything, whatever timing would say; a bad choice is refused."""
+    from verispec.models import apply_cpu_kernels, kernel_report, kernels
+
+    timer = _faster("plain")
+    monkeypatch.setattr(kernels, "_time_calls", timer)
+    monkeypatch.setenv("VERISPEC_KERNEL_CHOICE", "fixed")
+    lm = tiny_llama(seed=3, dtype=torch.float32)
+    want = _cpu_kernels_expected(lm.model) - {"gqa_attention"}
+    assert set(apply_cpu_kernels(lm.model, attention=False)) == want and timer.seen == []
+    report = kernel_report(lm)
+    assert report["choice"] == "fixed" and report["head"]["beyond"] == "mm_t"
+    if torch.backends.mkldnn.is_available():
+        assert all(v["packed_rows"] == list(range(2, 17)) for v in report["linears"].values())
+        assert report["head"]["rows"] == {"packed": list(range(1, 33))}
+    assert _kernels_in(load_causal_lm(tiny_dir).model) >= {"fast_lm_head"} and timer.seen == []
+    monkeypatch.setenv("VERISPEC_KERNEL_CHOICE", "sometimes")
+    with pytest.raises(ValueError, match="kernel choice must be one of"):
+        apply_cpu_kernels(tiny_llama(seed=3, dtype=torch.float32).model)
+    with pytest.raises(ModelLoadError, match="VERISPEC_KERNEL_CHOICE"):
+        load_causal_lm(tiny_dir)
+    monkeypatch.delenv("VERISPEC_KERNEL_CHOICE")
+    monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
+    load_causal_lm(tiny_dir, kernel_choice="measured")
+    assert timer.seen  # measured: timed
+
+
+def test_measured_choice_of_a_float64_model_never_packs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The packed kernel is float32 only: a float64 model times only the head's two unpacked
+    kernels, and its decoder linears are not even timed."""
+    from verispec.models import apply_cpu_kernels, kernels
+
+    monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
+    timer = _faster("packed")
+    monkeypatch.setattr(kernels, "_time_calls", timer)
+    lm = tiny_llama(seed=3, dtype=torch.float64)
+    assert apply_cpu_kernels(lm.model, attention=False) == ()
+    assert {(k[0].split()[0], k[1]) for k in timer.seen[0]} == {("head", "plain"), ("head", "mm_t")}
+    assert not any(hasattr(m, "packed_weight") for m in _linears(lm.model))

@@ -37,7 +37,7 @@ from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .models import CausalLM, ModelLoadError
-from .models.kernels import fp16_linear, pack_weight, packed_linear
+from .models.kernels import fp16_linear, kernel_choice, measured_choice, pack_weight, packed_linear
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
@@ -178,13 +178,19 @@ class _FastStep:
         """A head of one Llama decoder layer (the only kind :func:`eagle_config` makes)."""
         return len(head.body.layers) == 1 and getattr(head.config, "model_type", None) == "llama"
 
+    @staticmethod
+    def weights(head: EagleHead, out_rows: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+        """The step's matmuls in the order it runs them: name -> (weight ``[out, in]``, bias)."""
+        attn, mlp = head.body.layers[0].self_attn, head.body.layers[0].mlp
+        mods = {"fc": head.fc, "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
+                "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
+        return {n: (m.weight, m.bias) for n, m in mods.items()} | {"out": (out_rows, None)}
+
     def __init__(self, head: EagleHead, out_rows: torch.Tensor, *, fp16: bool = False) -> None:
         layer = head.body.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         self.head, self.layer, self.attn, self.act = head, layer, attn, mlp.act_fn
-        mods = {"fc": head.fc, "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
-                "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
-        weights = {n: (m.weight, m.bias) for n, m in mods.items()} | {"out": (out_rows, None)}
+        weights = self.weights(head, out_rows)
         self.cpu = all(t.device.type == "cpu" for w, b in weights.values() for t in (w, b) if t is not None)
         half = {n: fp16_linear(w, b) for n, (w, b) in weights.items()} if fp16 and self.cpu else {}
         self.fp16 = bool(half) and all(f is not None for f in half.values())
@@ -332,10 +338,14 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
 
     ``weights`` (what each draft step reads): ``"fp32"``, ``"fp16"`` (float16 copies of the
     head's weights and output rows, half the memory traffic; a CPU kernel: float32 CPU targets
-    with fbgemm only), or ``"auto"``: fp16 where available, else fp32. Rounding the draft's
+    with fbgemm only), or ``"auto"``: on a float32 CPU target with fbgemm, whichever of the two
+    makes a one-row draft step's matmuls faster on this machine (timed once per machine and
+    head shape, then read from :func:`verispec.models.kernels_file`; with
+    ``$VERISPEC_KERNEL_CHOICE=fixed``, fp16 without timing), else fp32. Rounding the draft's
     weights changes which tokens it proposes, never the output distribution (the verifier sees
     the q each draft was sampled from). The head moves to the target's device and dtype; off the
-    CPU its draft steps use no CPU kernel (see ``_FastStep``).
+    CPU its draft steps use no CPU kernel (see ``_FastStep``). What was picked:
+    ``verispec.models.kernel_report(draft)["eagle"]``.
     """
     if weights not in DRAFT_WEIGHTS:
         raise ValueError(f"weights must be one of {DRAFT_WEIGHTS}, got {weights!r}")
@@ -351,8 +361,45 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
             raise ValueError(f"EAGLE vocab_map has ids outside the target's head [0, {V})")
         out = out[files.vocab_map]
     head = files.head.to(device=out.device, dtype=out.dtype)  # (drafting: _FastStep, with its own weight copies)
-    draft = EagleDraftModel(head, model.get_input_embeddings(), out.contiguous(), fp16=weights != "fp32")
+    out = out.contiguous()
+    fp16, choice, info = weights == "fp16", None, {}
+    if weights == "auto":
+        choice = kernel_choice()
+        fp16, info = (True, {}) if choice == "fixed" else _measured_draft_weights(head, out)
+    draft = EagleDraftModel(head, model.get_input_embeddings(), out, fp16=fp16)
     if weights == "fp16" and not draft.fp16:
         raise ValueError(f"weights='fp16' needs a float32 CPU target and a torch build with fbgemm "
                          f"(target {target.name!r}: {out.dtype} on {out.device.type})")
+    draft._verispec_kernels = {"choice": choice, "eagle": {"weights": "fp16" if draft.fp16 else "fp32",
+                                                           "asked": weights, "choice": choice, **info}}
     return draft
+
+
+def _measured_draft_weights(head: EagleHead, out_rows: torch.Tensor) -> tuple[bool, dict]:
+    """Whether float16 draft weights make a one-row draft step's matmuls (``fc`` .. ``down`` and
+    the output rows, inputs ``[1, in]``) faster than float32 ones (oneDNN-packed) on this machine:
+    timed once per machine and shapes, then read from :func:`verispec.models.kernels_file`.
+    False without timing where float16 cannot run (not a float32 CPU head, no fbgemm). Returns
+    ``(fp16, info)``, info as :func:`verispec.models.kernels.measured_choice` gives it."""
+    if not _FastStep.supports(head) or out_rows.device.type != "cpu" or out_rows.dtype != torch.float32:
+        return False, {}
+    weights = _FastStep.weights(head, out_rows)
+    if (any(t.device.type != "cpu" or t.dtype != torch.float32 for w, b in weights.values() for t in (w, b)
+            if t is not None) or fp16_linear(torch.zeros(1, 1)) is None):
+        return False, {}
+
+    def make_calls() -> dict:
+        half = {n: fp16_linear(w, b) for n, (w, b) in weights.items()}
+        full = {n: _linear_fn(w, b, cpu_kernels=True) for n, (w, b) in weights.items()}
+        gen = torch.Generator().manual_seed(0)
+        xs = {n: torch.randn(1, w.shape[1], generator=gen) for n, (w, _) in weights.items()}
+
+        def step(lin: dict) -> None:
+            for n, x in xs.items():
+                lin[n](x)
+        if any(f is None for f in half.values()):  # (not expected after the checks above) as fp32 then
+            half = full
+        return {"fp32": lambda: step(full), "fp16": lambda: step(half)}
+    key = "eagle step 1 row " + " ".join(f"{n} {w.shape[1]}x{w.shape[0]}" for n, (w, _) in weights.items())
+    pick, info = measured_choice(key, ("fp32", "fp16"), make_calls)
+    return pick == "fp16", info

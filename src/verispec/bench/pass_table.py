@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ..drafters import EagleDrafter, HybridDrafter
 from ..engine.costs import measure_pass_costs
-from ..models import CausalLM
+from ..models import CausalLM, kernel_report
 
 __all__ = ["pass_cost_table", "GOALS"]
 
@@ -23,8 +23,10 @@ GOALS = {"v5": 1.2, "v9": 1.4, "eagle_c": 0.06}
 
 
 def pass_cost_table(target: CausalLM, drafters: Sequence, cpu: str) -> dict:
-    """``{"cpu", "v1_ms", "ratio": {n: v(n)/v(1)}, "drafters": {label: {"draft_step_ms", "c"}}, "goals"}``
-    for the bench entries ``drafters`` (objects with ``label``, ``drafter`` and ``kind``)."""
+    """``{"cpu", "v1_ms", "ratio": {n: v(n)/v(1)}, "drafters": {label: {"draft_step_ms", "c"}}, "goals",
+    "kernels"}`` for the bench entries ``drafters`` (objects with ``label``, ``drafter`` and
+    ``kind``); ``kernels`` holds :func:`verispec.models.kernel_report` of the target and of each
+    EAGLE head (which CPU kernels the load picked)."""
     base = measure_pass_costs(target, None, MAX_WIDTH)
     v1 = base.verify[1]
     ratio = {n: base.verify[n] / v1 for n in range(1, MAX_WIDTH + 1)}
@@ -38,7 +40,12 @@ def pass_cost_table(target: CausalLM, drafters: Sequence, cpu: str) -> dict:
              "v9_over_v1": {"value": ratio[9], "goal": GOALS["v9"], "met": ratio[9] <= GOALS["v9"]}}
     if eagle:
         goals["eagle_c"] = {"value": min(eagle), "goal": GOALS["eagle_c"], "met": min(eagle) <= GOALS["eagle_c"]}
-    return {"cpu": cpu, "v1_ms": 1e3 * v1, "ratio": ratio, "drafters": rows, "goals": goals}
+    kernels = {"target": kernel_report(target)}
+    for d in drafters:
+        inner = d.drafter.model if isinstance(d.drafter, HybridDrafter) else d.drafter
+        if isinstance(inner, EagleDrafter) and inner.model is not None:
+            kernels[d.label] = kernel_report(inner.model)
+    return {"cpu": cpu, "v1_ms": 1e3 * v1, "ratio": ratio, "drafters": rows, "goals": goals, "kernels": kernels}
 
 
 def _is_eagle(drafter) -> bool:

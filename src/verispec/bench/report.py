@@ -391,3 +391,34 @@ def _print_pass_costs(pc: dict | None, console: Console) -> None:
     goals = "; ".join(f"{name} {g['value']:.2f} (goal <= {g['goal']:g}: {'met' if g['met'] else 'NOT met'})"
                       for name, g in pc["goals"].items())
     console.print(f"  goals: {goals}")
+    for name, k in (pc.get("kernels") or {}).items():
+        console.print(f"  kernels {name}: {_kernels_line(k)}")
+
+
+def _kernels_line(k: dict) -> str:
+    """One line of :func:`verispec.models.kernel_report`: the choice and what it picked."""
+    if not k or k.get("choice") is None:
+        return "plain (no CPU kernel)"
+    parts = [k["choice"]]
+    for shape, v in (k.get("linears") or {}).items():
+        rows = v.get("packed_rows") or []
+        parts.append(f"{shape} packed for {_ranges(rows) or 'no'} rows")
+    head = k.get("head")
+    if head:
+        parts.append("head " + ", ".join(f"{name} {_ranges(rows)}" for name, rows in head["rows"].items() if rows)
+                     + f", beyond: {head['beyond']}")
+    if k.get("eagle"):
+        parts.append(f"draft weights {k['eagle']['weights']}")
+    return "; ".join(parts)
+
+
+def _ranges(xs: list[int]) -> str:
+    """``[1, 2, 3, 5]`` as ``"1-3,5"``."""
+    out, start = [], None
+    for i, x in enumerate(xs):
+        if start is None:
+            start = x
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            out.append(f"{start}" if start == x else f"{start}-{x}")
+            start = None
+    return ",".join(out)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..drafters import DraftAsk, Drafter
-from ..models import CausalLM, cache_dir
+from ..models import CausalLM, cache_dir, kernel_choice
 from ..runner import KVRunner
 from ..sampling import SamplingParams
 
@@ -74,7 +74,7 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     ``drafter``: read from the costs file (:func:`costs_file`) when it holds this model, drafter
     and machine, else measured and written there, so every process on a machine uses one table."""
     disk_key = "|".join([target.name, getattr(drafter, "name", "none"), _cpu_model(), f"torch {torch.__version__}",
-                         f"threads {torch.get_num_threads()}", f"widths {max_width}"])
+                         f"threads {torch.get_num_threads()}", f"kernels {kernel_choice()}", f"widths {max_width}"])
     stored = _read_costs().get(disk_key)
     if stored is not None:
         return PassCosts({int(w): float(t) for w, t in stored["verify"].items()}, float(stored["draft_step"]))

@@ -400,9 +400,15 @@ def _kernels_line(k: dict) -> str:
     if not k or k.get("choice") is None:
         return "plain (no CPU kernel)"
     parts = [k["choice"]]
+    plain = []
     for shape, v in (k.get("linears") or {}).items():
         rows = v.get("packed_rows") or []
-        parts.append(f"{shape} packed for {_ranges(rows) or 'no'} rows")
+        if rows:
+            parts.append(f"{shape} packed for {_ranges(rows)} rows")
+        else:
+            plain.append(shape)
+    if plain:
+        parts.append("plain " + ", ".join(plain))
     head = k.get("head")
     if head:
         parts.append("head " + ", ".join(f"{name} {_ranges(rows)}" for name, rows in head["rows"].items() if rows)

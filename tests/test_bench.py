@@ -686,3 +686,14 @@ def test_every_run_measures_the_pass_cost_table_it_is_read_against(tiny_target, 
     v5 = table["goals"]["v5_over_v1"]
     assert v5["value"] == table["ratio"][5] and v5["met"] == (table["ratio"][5] <= GOALS["v5"])
     assert "eagle_c" not in table["goals"]  # no EAGLE head among the drafters
+
+
+def test_the_kernel_line_names_what_each_shape_runs():
+    from verispec.bench.report import _kernels_line, _ranges
+
+    assert _ranges([1, 2, 3, 5, 7, 8]) == "1-3,5,7-8" and _ranges([]) == ""
+    line = _kernels_line({"choice": "measured", "linears": {"576x576": {"packed_rows": [1, 2, 3]},
+                                                            "576x192": {"packed_rows": []}},
+                          "head": {"rows": {"packed": [1, 3], "mm_t": [2]}, "beyond": "mm_t"}})
+    assert line == "measured; 576x576 packed for 1-3 rows; plain 576x192; head packed 1,3, mm_t 2, beyond: mm_t"
+    assert _kernels_line({"choice": None}) == "plain (no CPU kernel)"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-__all__ = ["KVRunner", "left_pad"]
+__all__ = ["KVRunner", "left_pad", "prefill"]
 
 
 def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,33 +163,68 @@ class KVRunner:
                 _empty(layer)
         self.col_pos = self.col_pos[:, cols]
 
-    def extend(self, other: KVRunner) -> None:
-        """Append ``other``'s rows (a runner over the same model, e.g. new requests prefilled
-        on their own) after this one's. The shorter side is padded with hole columns."""
-        B, Bo = len(self.lengths), len(other.lengths)
-        L, Lo = self.num_columns, other.num_columns
-        W = max(L, Lo)
-        if len(self.cache.layers) != len(other.cache.layers):
-            raise ValueError("extend: the two runners' caches have different layers (another model?)")
-        for a, b in zip(self.cache.layers, other.cache.layers):
+    def extend(self, *others: KVRunner) -> None:
+        """Append the rows of ``others`` (runners over the same model, e.g. new requests prefilled
+        on their own) after this one's, in one copy per layer. Shorter rows get hole columns."""
+        runners = (self, *others)
+        if any(len(r.cache.layers) != len(self.cache.layers) for r in others):
+            raise ValueError("extend: the runners' caches have different layers (another model?)")
+        W = max(r.num_columns for r in runners)
+        for i, a in enumerate(self.cache.layers):
+            layers = [r.cache.layers[i] for r in runners]
             for name in ("keys", "values"):
-                x, y = _held(getattr(a, name)), _held(getattr(b, name))
-                if x is None and y is None:
-                    _empty(a)  # no column on either side: the next pass starts the layer afresh
+                held = [_held(getattr(layer, name)) for layer in layers]
+                ref = next((x for x in held if x is not None), None)
+                if ref is None:
+                    _empty(a)  # no column anywhere: the next pass starts the layer afresh
                     continue
-                ref = x if x is not None else y
-                setattr(a, name, torch.cat([_pad_columns(x, W, B, ref), _pad_columns(y, W, Bo, ref)]))
-            if not a.is_initialized and b.is_initialized:
-                a.device, a.is_initialized = b.device, True
-        hole = torch.full((1, 1), -1, dtype=torch.int64, device=self.col_pos.device)
-        self.col_pos = torch.cat([torch.cat([self.col_pos, hole.expand(B, W - L)], 1),
-                                  torch.cat([other.col_pos.to(hole.device), hole.expand(Bo, W - Lo)], 1)])
-        self.lengths = torch.cat([self.lengths, other.lengths.to(self.lengths.device)])
+                setattr(a, name, torch.cat([_pad_columns(x, W, len(r.lengths), ref) for x, r in zip(held, runners)]))
+            if not a.is_initialized and any(layer.is_initialized for layer in layers):
+                a.device, a.is_initialized = ref.device, True
+        device = self.col_pos.device
+        hole = torch.full((1, 1), -1, dtype=torch.int64, device=device)
+        self.col_pos = torch.cat([torch.cat([r.col_pos.to(device), hole.expand(len(r.lengths), W - r.num_columns)], 1)
+                                  for r in runners])
+        self.lengths = torch.cat([r.lengths.to(device) for r in runners])
 
     @property
     def num_columns(self) -> int:
         """Cache columns held (real tokens plus holes)."""
         return self.col_pos.shape[1]
+
+
+def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: bool = False
+            ) -> tuple[KVRunner, list[torch.Tensor] | None]:
+    """A runner holding ``rows`` (token lists of any lengths, in this order), and the final hidden
+    states ``[len(row), H]`` of each row if ``return_hidden``.
+
+    Rows of equal length go through the model together; rows of different lengths are never
+    padded into one pass (a padded pass costs the longest row's length for every row and needs a
+    mask), their runners are joined afterwards (:meth:`KVRunner.extend`).
+    """
+    device = model.device
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(len(r), []).append(i)
+    runners, order = [], []
+    hidden: list[torch.Tensor | None] = [None] * len(rows)
+    for n, idx in groups.items():
+        runner = KVRunner(model, len(idx))
+        if n:
+            out = runner.forward(torch.tensor([rows[i] for i in idx], device=device), logits_to_keep=1,
+                                 return_hidden=return_hidden)
+            for j, i in enumerate(idx):
+                hidden[i] = out[1][j] if return_hidden else None
+        runners.append(runner)
+        order += idx
+    joined = KVRunner(model, 0)
+    joined.extend(*runners)
+    where = {row: pos for pos, row in enumerate(order)}
+    joined.select(torch.tensor([where[i] for i in range(len(rows))], dtype=torch.int64))
+    if not return_hidden:
+        return joined, None
+    H = model.config.hidden_size
+    return joined, [h if h is not None else torch.zeros(0, H, device=device) for h in hidden]
 
 
 def _empty(layer) -> None:

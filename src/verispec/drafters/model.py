@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..models import CausalLM
-from ..runner import KVRunner, left_pad
+from ..runner import KVRunner, left_pad, prefill
 from .base import Draft, DraftAsk, DrafterBase
 from .sampling import draft_chain
 
@@ -41,15 +41,9 @@ class ModelDrafter(DrafterBase):
             raise ValueError(f"draft vocab_map has ids >= the target vocabulary size {target.vocab_size}")
 
     def add(self, prompts: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
-        # Prefill each new row's prompt but its last token (which stays pending) on a runner of
-        # its own, then append those rows to the batch's cache.
-        new = KVRunner(self.lm.model, len(prompts))
-        heads = [p[:-1] for p in prompts]
-        if any(heads):
-            feed, live = left_pad(heads)
-            device = self.lm.model.device
-            new.forward(feed.to(device), live.to(device), logits_to_keep=1)
-        self.runner.extend(new)
+        # Prefill each new row's prompt but its last token (which stays pending), then append
+        # those rows to the batch's cache.
+        self.runner.extend(prefill(self.lm.model, [p[:-1] for p in prompts])[0])
         self.contexts += [list(p) for p in prompts]
         self._fed += [[] for _ in prompts]
 

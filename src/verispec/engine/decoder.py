@@ -18,7 +18,7 @@ import torch
 from ..drafters import Drafter
 from ..models import CausalLM, load_causal_lm
 from ..rng import random_seeds
-from ..runner import KVRunner, left_pad
+from ..runner import KVRunner, prefill
 from ..sampling import RowParams, SamplingParams
 from ..verify import METHODS
 from .costs import PassCosts, measure_pass_costs
@@ -276,20 +276,12 @@ class SpeculativeDecoder:
         return Row(r, rid, prompt, method, text=text)
 
     def _prefill(self, state: BatchState, prompts: list[list[int]]) -> list[torch.Tensor] | None:
-        """Run the new prompts (all but their last token) through the target on a runner of their
-        own, append its rows to the batch's cache; the prompts' features if the drafter reads them."""
-        model = self.target.model
-        device = model.device
-        new = KVRunner(model, len(prompts))
-        features = [torch.zeros(0, model.config.hidden_size, device=device) for _ in prompts]
-        if max(len(p) for p in prompts) > 1:
-            feed, live = left_pad([p[:-1] for p in prompts])
-            out = new.forward(feed.to(device), live.to(device), logits_to_keep=1, return_hidden=self.reads_features)
-            if self.reads_features:
-                hidden = out[1]  # [n, width, H], rows left-padded
-                features = [hidden[b, hidden.shape[1] - (len(p) - 1):] for b, p in enumerate(prompts)]
+        """Run the new prompts (all but their last token) through the target on runners of their
+        own (no padding), append their rows to the batch's cache; the prompts' features if the
+        drafter reads them."""
+        new, features = prefill(self.target.model, [p[:-1] for p in prompts], return_hidden=self.reads_features)
         state.runner.extend(new)
-        return features if self.reads_features else None
+        return features
 
     def _append(self, state: BatchState, rows: list[Row], requests: Sequence[Request]) -> None:
         device = state.last.device

@@ -123,3 +123,17 @@ def test_prefill_joins_rows_of_any_lengths_without_padding_them_together(tiny_ta
         if ctx:
             alone.forward(torch.tensor([ctx]))
         torch.testing.assert_close(got[b], alone.forward(torch.tensor([[30 + b]]))[0, -1], rtol=0, atol=1e-12)
+
+
+def test_extend_with_runners_rolled_back_to_nothing(tiny_target):
+    """A runner whose columns were all cropped away (initialised layers, no column) joins cleanly."""
+    model = tiny_target.model
+    empty = KVRunner(model, 1)
+    empty.forward(torch.tensor([[5, 6]]))
+    empty.truncate(torch.tensor([0]))  # layers initialised, no column left
+    assert empty.num_columns == 0
+    r = KVRunner(model, 0)
+    r.extend(empty, KVRunner(model, 1))
+    got = r.forward(torch.tensor([[7], [8]]))[:, -1]
+    for b, tok in enumerate((7, 8)):
+        torch.testing.assert_close(got[b], KVRunner(model, 1).forward(torch.tensor([[tok]]))[0, -1], rtol=0, atol=1e-12)

@@ -179,7 +179,7 @@ class KVRunner:
                     _empty(a)  # no column anywhere: the next pass starts the layer afresh
                     continue
                 setattr(a, name, torch.cat([_pad_columns(x, W, len(r.lengths), ref) for x, r in zip(held, runners)]))
-            if not a.is_initialized and any(layer.is_initialized for layer in layers):
+            if ref is not None and not a.is_initialized:  # a held nothing: it now holds the others' columns
                 a.device, a.is_initialized = ref.device, True
         device = self.col_pos.device
         hole = torch.full((1, 1), -1, dtype=torch.int64, device=device)

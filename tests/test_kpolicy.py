@@ -121,3 +121,8 @@ def test_the_cost_table_is_kept_per_model_drafter_and_machine(tiny_target, tiny_
     assert lookup.draft_step == 0.0 and set(lookup.verify) == set(first.verify)
     (tmp_path / "costs.json").write_text("not json")  # unreadable: measured again, not an error
     assert measure_pass_costs(tiny_target, PromptLookupDrafter(), 5).draft_step == 0.0
+    import json
+
+    data = json.loads((tmp_path / "costs.json").read_text())
+    (tmp_path / "costs.json").write_text(json.dumps({k: {"verify": "x"} for k in data}))  # malformed entries
+    assert measure_pass_costs(tiny_target, PromptLookupDrafter(), 5).verify.keys() == set(range(1, 6))

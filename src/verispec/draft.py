@@ -109,6 +109,16 @@ class Draft:
             depth[:, i] = 1 + torch.where(par >= 0, depth.gather(1, par.clamp_min(0)[:, None]).squeeze(1), 0)
         return depth
 
+    def to(self, device: torch.device | str) -> Draft:
+        """The same draft with its tensors on ``device`` (itself when they already are)."""
+        if self.tokens.device == torch.device(device):
+            return self
+        def move(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x.to(device)
+
+        return Draft(move(self.tokens), move(self.probs), move(self.num_draft), move(self.parents), self.child_draw,
+                     self.forwards, move(self.accept_prob), move(self.confidence))
+
     def cut(self, width: int) -> Draft:
         """The first ``width`` node slots of every row (``num_draft`` capped to match).
 

@@ -150,7 +150,7 @@ def verify(
     d = torch.where(drafted, draft_tokens, 0)  # [B, K]
 
     # "gumbel" takes one-hot slots' argmax inside, so only exact rows use the greedy fast path
-    greedy = _greedy_rows(target_probs, greedy) & ~gumbel
+    greedy = torch.zeros_like(gumbel) if bool(gumbel.all()) else _greedy_rows(target_probs, greedy) & ~gumbel
     q_drafted = torch.where(gumbel, 0, num_draft)  # q is read for exact rows only
     try:
         out = _verify_by_method(target_probs, draft_probs, d, drafted, num_draft, seeds, positions, draws, greedy,

@@ -172,17 +172,11 @@ def _load_drafters(specs: list[str] | None, target, target_name: str, console: C
 
 
 def _machine() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import torch
 
-    return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
+    from ..models import cpu_name
+
+    return {"platform": platform.platform(), "cpu": cpu_name(), "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "hostname": platform.node()}
 
 

@@ -104,7 +104,7 @@ def _merge(copied: Draft, drafted: Draft | None, use_copy: torch.Tensor, k_model
     is built then."""
     B, Kc = copied.tokens.shape
     device = drafted.tokens.device if drafted is not None else copied.tokens.device
-    K = max(int(ask.k.max()) if B else 0, Kc)
+    K = max(drafted.tokens.shape[1] if drafted is not None else 0, Kc)  # as wide as what was drafted
     dense = drafted is not None and drafted.probs is not None
     tokens = torch.zeros(B, K, dtype=torch.int64, device=device)
     probs = torch.zeros(B, K, ask.vocab_size, dtype=ask.dtype, device=device) if dense else None

@@ -9,18 +9,16 @@ started (same seed, same text, whatever else runs on the machine).
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ..drafters import DraftAsk, Drafter
-from ..models import CausalLM, cache_dir, kernel_choice
+from ..models import CausalLM, cache_dir, kernel_choice, machine_key, read_json, write_json
 from ..runner import KVRunner
 from ..sampling import SamplingParams
 
@@ -67,17 +65,18 @@ class PassCosts:
 
 
 _CACHE: dict[tuple[int, int], dict[int, float]] = {}  # (id(model), max width) -> seconds per width
+_STEP_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter -> seconds per draft step
 
 
 def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int) -> PassCosts:
     """Median seconds of a target pass of each width 1..``max_width`` and of a draft step of
     ``drafter``: read from the costs file (:func:`costs_file`) when it holds this model, drafter
     and machine, else measured and written there, so every process on a machine uses one table."""
-    disk_key = "|".join([target.name, getattr(drafter, "name", "none"), _cpu_model(), f"torch {torch.__version__}",
-                         f"threads {torch.get_num_threads()}", f"kernels {kernel_choice()}", f"widths {max_width}"])
-    stored = _read_costs().get(disk_key)
+    disk_key = " | ".join([target.name, getattr(drafter, "name", "none"), machine_key(),
+                           f"kernels {kernel_choice()}", f"widths {max_width}"])
+    stored = _stored(disk_key)
     if stored is not None:
-        return PassCosts({int(w): float(t) for w, t in stored["verify"].items()}, float(stored["draft_step"]))
+        return stored
     key = (id(target.model), max_width)
     if key not in _CACHE:
         _CACHE[key] = _time_widths(target, max_width)
@@ -94,35 +93,22 @@ def costs_file() -> Path:
 
 
 def _read_costs() -> dict:
+    data = read_json(costs_file())
+    return data if isinstance(data, dict) else {}
+
+
+def _stored(key: str) -> PassCosts | None:
+    """The table kept under ``key``, or None (absent or malformed: measured again)."""
+    entry = _read_costs().get(key)
     try:
-        data = json.loads(costs_file().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}  # none yet, or unreadable: measure again
+        return PassCosts({int(w): float(t) for w, t in entry["verify"].items()}, float(entry["draft_step"]))
+    except (TypeError, KeyError, AttributeError, ValueError):
+        return None
 
 
 def _write_costs(key: str, entry: dict) -> None:
-    """Add one entry to the costs file, atomically (a temporary file renamed over it)."""
-    path = costs_file()
-    data = _read_costs()
-    data[key] = entry
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".pass-costs-", delete=False) as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(f.name, path)
-    except OSError:
-        pass  # a read-only cache: the table still holds for this process
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """Add one entry to the costs file, atomically."""
+    write_json(costs_file(), {**_read_costs(), key: entry})
 
 
 @torch.inference_mode()
@@ -145,12 +131,11 @@ def _time_widths(target: CausalLM, max_width: int) -> dict[int, float]:
 
 
 def _draft_step(target: CausalLM, drafter: Drafter | None) -> float:
-    """Seconds per drafted token: proposals of 4 greedy tokens on a dummy prompt (cached)."""
+    """Seconds per drafted token: proposals of 4 greedy tokens on a dummy prompt (cached per drafter)."""
     if drafter is None:
         return 0.0
-    cached = getattr(drafter, "_step_seconds", None)
-    if cached is not None:
-        return cached
+    if drafter in _STEP_CACHE:
+        return _STEP_CACHE[drafter]
     prompt = [(5 + i) % target.vocab_size for i in range(_CONTEXT)]
     features = None
     if drafter.reads_target_features:
@@ -171,5 +156,5 @@ def _draft_step(target: CausalLM, drafter: Drafter | None) -> float:
     drafter.keep(torch.zeros(0, dtype=torch.int64))
     # a drafter without a model (prompt lookup) takes no forward: drafting is free
     seconds = sorted(times[1:])[len(times[1:]) // 2] if forwards else 0.0
-    drafter._step_seconds = seconds  # type: ignore[attr-defined]
+    _STEP_CACHE[drafter] = seconds
     return seconds

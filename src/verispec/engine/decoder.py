@@ -26,6 +26,7 @@ from .kpolicy import KPolicy, KRows, check_k
 from .requests import Completion, Request, RequestOutput, int64_seeds, int_list
 from .state import BatchState, Row
 from .stats import GenerationResult, GenerationStats
+from .step import keep_rows
 from .step import step as _step
 from .text import RowText
 
@@ -127,12 +128,7 @@ class SpeculativeDecoder:
         ids = [r.request_id for r in state.rows]
         if request_id not in ids:
             raise KeyError(f"request_id {request_id!r} is not running in this batch")
-        keep = [b for b, i in enumerate(ids) if i != request_id]
-        index = torch.tensor(keep, dtype=torch.int64)
-        state.runner.select(index)
-        if self.drafter is not None:
-            self.drafter.keep(index)
-        state.keep(keep)
+        keep_rows(self, state, [b for b, i in enumerate(ids) if i != request_id])
 
     def step(self, state: BatchState) -> list[RequestOutput]:
         """One target pass for every running request: what each got; finished ones leave."""

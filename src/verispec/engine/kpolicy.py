@@ -84,8 +84,9 @@ class KRows:
             setattr(self, name, getattr(self, name)[rows])
 
     def predict(self, buckets: torch.Tensor) -> torch.Tensor:
-        """Calibrated acceptance per row for ``buckets [B]``: the row's own counts over the prior."""
-        rows = torch.arange(len(buckets))
+        """Calibrated acceptance for ``buckets [B, ...]`` (row b's entries read row b's counts):
+        the row's own counts over the prior."""
+        rows = torch.arange(buckets.shape[0]).view(-1, *[1] * (buckets.dim() - 1)).expand_as(buckets)
         s = _PRIOR_STRENGTH
         return (self.passed[rows, buckets] + s * self.prior[buckets]) / (self.tried[rows, buckets] + s)
 
@@ -148,9 +149,7 @@ class KRows:
         buckets[:, 0] = 0
         tested &= (slots[None] == 0) | ~torch.isnan(prev)  # model tokens only (copies have no confidence)
         accepted = tested & (slots < num_accepted[:, None])
-        rows = torch.arange(B)[:, None].expand(B, N)
-        s = _PRIOR_STRENGTH
-        predicted = (self.passed[rows, buckets] + s * self.prior[buckets]) / (self.tried[rows, buckets] + s)
+        predicted = self.predict(buckets)  # [B, N] before this update
         evidence = torch.zeros(3, BUCKETS + 1, dtype=torch.float64)
         for i, x in enumerate((tested.double(), accepted.double(), predicted * tested)):
             evidence[i].scatter_add_(0, buckets.flatten(), x.flatten())

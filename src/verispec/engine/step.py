@@ -39,7 +39,7 @@ from .text import find_stop, trim_to_text
 if TYPE_CHECKING:
     from .decoder import SpeculativeDecoder
 
-__all__ = ["step"]
+__all__ = ["step", "keep_rows"]
 
 
 def step(dec: SpeculativeDecoder, state: BatchState) -> list[RequestOutput]:
@@ -101,9 +101,7 @@ def verify_step(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: to
     t0 = time.perf_counter()
     device = logits.device
     p = logits_to_probs(_fit_vocab(logits.to(dec.dtype), dec.target.vocab_size), state.params)  # [B, N+1, V]
-    d = Draft(d.tokens.to(device), None if d.probs is None else d.probs.to(device), d.num_draft.to(device),
-              None if d.parents is None else d.parents.to(device), d.child_draw)
-    out = verify_draft(p, d, seeds=state.seeds, positions=state.positions().to(device), method=state.methods(),
+    out = verify_draft(p, d.to(device), seeds=state.seeds, positions=state.positions().to(device), method=state.methods(),
                        greedy=state.params.greedy.to(device), validate=False)
     state.stats.time_verify += time.perf_counter() - t0
     return out
@@ -216,8 +214,12 @@ def _complete(dec: SpeculativeDecoder, row: Row) -> Completion:
 def _retire(dec: SpeculativeDecoder, state: BatchState) -> None:
     """Finished rows leave the batch: the target's cache, the drafter and the engine's tensors."""
     keep = [b for b, r in enumerate(state.rows) if r.finish is None]
-    if len(keep) == len(state):
-        return
+    if len(keep) < len(state):
+        keep_rows(dec, state, keep)
+
+
+def keep_rows(dec: SpeculativeDecoder, state: BatchState, keep: list[int]) -> None:
+    """Keep only the rows ``keep`` of the batch: in the target's cache, the drafter and the state."""
     index = torch.tensor(keep, dtype=torch.int64)
     state.runner.select(index)
     if dec.drafter is not None:

@@ -4,7 +4,8 @@
 * ``hf``: HF model directories, tokenizers and vocab maps (safetensors only), ``ModelLoadError``;
 * ``gguf``: GGUF files, dequantised;
 * ``builtin``: the built-in models (``BUILTIN_MODELS``) and their atomic cache;
-* ``paths``: where verispec's cache lies (``cache_dir``);
+* ``paths``: where verispec's cache lies (``cache_dir``), what a measurement holds for
+  (``cpu_name``, ``machine_key``), and atomic JSON cache files (``read_json``, ``write_json``);
 * ``kernels``: the CPU kernels (packed and float16 linears, the fast output head, GQA attention),
   :func:`apply_cpu_kernels`, which installs them only on CPU models (choosing the linear kernels
   by timing them on the machine, cached in :func:`kernels_file`), and :func:`kernel_report`.
@@ -35,13 +36,17 @@ from .kernels import (
     packed_linear,
 )
 from .loading import CausalLM, _slice_head, load_causal_lm
-from .paths import cache_dir
+from .paths import cache_dir, cpu_name, machine_key, read_json, write_json
 
 # Private names above are the ones other modules and tests use today (distill: _quiet; tests:
 # _slice_head, _fast_linear_forward, _smollm2_gguf, _CACHE_MARKER). Monkeypatch a loader's
 # globals in the submodule that defines them (e.g. ``verispec.models.builtin``), not here.
 
 __all__ = [
+    "cpu_name",
+    "machine_key",
+    "read_json",
+    "write_json",
     "BUILTIN_MODELS",
     "CausalLM",
     "ModelLoadError",

@@ -30,13 +30,9 @@ comparisons. :func:`kernel_report` says what a model got.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
-import platform
 import statistics
-import tempfile
 import time
 import types
 import warnings
@@ -46,7 +42,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .paths import cache_dir
+from .paths import cache_dir, machine_key, read_json, write_json
 
 __all__ = [
     "KERNELS",
@@ -323,48 +319,17 @@ def kernels_file() -> Path:
     return Path(env).expanduser() if env else cache_dir() / "cpu-kernels.json"
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _machine_key() -> str:
-    """What a measured choice holds for: CPU model, torch version, intra-op threads."""
-    return f"{_cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
-
-
 def _read_kernels() -> dict:
     """The stored entries (key -> entry); {} when there is no file or it cannot be read."""
-    try:
-        data = json.loads(kernels_file().read_text())
-    except (OSError, ValueError):
-        return {}  # none yet, or corrupt: measure again
+    data = read_json(kernels_file())
     if not isinstance(data, dict) or data.get("format") != _FILE_FORMAT or not isinstance(data.get("entries"), dict):
         return {}
     return data["entries"]
 
 
 def _write_kernels(entries: dict) -> None:
-    """Add ``entries`` to the kernels file, atomically (a temporary file renamed over it)."""
-    path = kernels_file()
-    data = {"format": _FILE_FORMAT, "entries": {**_read_kernels(), **entries}}
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".cpu-kernels-", suffix=".tmp",
-                                         delete=False) as f:
-            tmp = f.name
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache: the choice still holds for this process
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    """Add ``entries`` to the kernels file, atomically."""
+    write_json(kernels_file(), {"format": _FILE_FORMAT, "entries": {**_read_kernels(), **entries}})
 
 
 def _time_calls(calls: dict[Hashable, Callable[[], object]], repeats: int = _REPEATS,
@@ -405,7 +370,7 @@ def measured_choice(key: str, names: tuple[str, ...],
     ``make_calls()`` returns, one per name, built only then) and stored. Ties go to the first
     name. Returns ``(name, info)``, info holding ``"us"`` (median microseconds per alternative)
     and ``"cached"`` (whether it was read, not timed)."""
-    full = f"{_machine_key()} | {key}"
+    full = f"{machine_key()} | {key}"
     entry = _read_kernels().get(full)
     if isinstance(entry, dict) and entry.get("pick") in names and isinstance(entry.get("us"), dict):
         return entry["pick"], {"us": entry["us"], "cached": True}
@@ -517,7 +482,7 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
         group_methods[key] = methods
     if not groups:  # nothing to choose for (or chosen already: the report of that choice stays)
         return ()
-    machine = _machine_key()
+    machine = machine_key()
     stored = _read_kernels()
     plans = {key: stored[f"{machine} | {key}"] for key in groups
              if _valid_plan(stored.get(f"{machine} | {key}"), group_methods[key], key.startswith("head"))}

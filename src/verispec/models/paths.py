@@ -3,13 +3,61 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import platform
+import tempfile
 from pathlib import Path
 
-__all__ = ["cache_dir"]
+import torch
+
+__all__ = ["cache_dir", "cpu_name", "machine_key", "read_json", "write_json"]
 
 
 def cache_dir() -> Path:
     """Where verispec caches prepared models: ``$VERISPEC_CACHE`` or ``~/.cache/verispec``."""
     env = os.environ.get("VERISPEC_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "verispec"
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``lscpu``'s "Model name", read from /proc/cpuinfo where it exists)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_key() -> str:
+    """What a measurement on this machine holds for: CPU model, torch version, intra-op threads."""
+    return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+
+
+def read_json(path: Path) -> object:
+    """The JSON in ``path``, or None when there is no such file or it cannot be read (a cache
+    that is missing or corrupt is measured again, never an error)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write ``data`` to ``path`` atomically (a temporary file beside it, renamed over it); a
+    read-only cache is left alone (what was measured still holds for this process)."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp",
+                                         delete=False) as f:
+            tmp = f.name
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

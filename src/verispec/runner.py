@@ -22,7 +22,9 @@ which is what continuous batching needs.
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
+
+from .kvcache import growing_cache
 
 __all__ = ["KVRunner", "left_pad", "prefill"]
 
@@ -49,7 +51,7 @@ class KVRunner:
 
     def __init__(self, model: PreTrainedModel, batch_size: int) -> None:
         self.model = model
-        self.cache = DynamicCache(config=model.config)
+        self.cache = growing_cache(model.config)  # appends in place: no copy of the cache per pass
         device = model.device
         self.col_pos = torch.empty(batch_size, 0, dtype=torch.int64, device=device)  # [B, L], -1 = hole
         self.lengths = torch.zeros(batch_size, dtype=torch.int64, device=device)

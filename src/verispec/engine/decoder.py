@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Hashable, Iterator, Sequence
+from collections import deque
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -153,6 +154,7 @@ class SpeculativeDecoder:
         stream: bool = False,
         chat: bool = False,
         seeds: Sequence[int] | None = None,
+        max_batch: int | None = None,
     ) -> GenerationResult | GenerationStream:
         """Generate continuations of ``prompts``.
 
@@ -167,16 +169,45 @@ class SpeculativeDecoder:
             chat: apply the tokenizer's chat template to string prompts.
             seeds: one int64 seed per row (default: ``sampling.seed`` for every row, or fresh
                 seeds from torch's global generator).
+            max_batch: run at most this many prompts at once, admitting the rest as rows finish
+                (see :meth:`run`); default all at once. Outputs do not depend on it.
         """
         requests = self.requests(prompts, max_new_tokens, sampling, stop=stop, chat=chat, seeds=seeds,
                                  stream=stream)
+        check_max_batch(max_batch)
         if stream:
-            return GenerationStream(self, requests)
-        state = self.start(requests)
-        done: dict[Hashable, Completion] = {}
-        while state.rows:
-            done.update((o.request_id, o.completion) for o in self.step(state) if o.completion is not None)
+            return GenerationStream(self, requests, max_batch)
+        state = self.start()
+        done = {o.request_id: o.completion for o in self.run(requests, max_batch=max_batch, state=state)
+                if o.completion is not None}
         return _result([done[r.request_id] for r in requests], state.stats)
+
+    def run(self, requests: Iterable[Request], *, max_batch: int | None = None,
+            state: BatchState | None = None) -> Iterator[RequestOutput]:
+        """Step until every request is done, with at most ``max_batch`` running at once
+        (continuous batching: waiting requests are admitted in order as rows finish, in groups of
+        at least ``max_batch // 8`` so their prefill is not one pass per step). Yields every
+        step's outputs; ``state`` (from :meth:`start`) lets the caller read its ``stats``.
+
+        ``requests`` may be a lazy iterable: it is read only as far as admission needs.
+        """
+        cap = check_max_batch(max_batch)
+        state = self.start() if state is None else state
+        pending = iter(requests)
+        waiting: deque[Request] = deque()
+        exhausted = False
+        while True:
+            free = cap - len(state.rows)
+            while not exhausted and len(waiting) < free:
+                nxt = next(pending, None)
+                exhausted = nxt is None
+                if nxt is not None:
+                    waiting.append(nxt)
+            if waiting and (not state.rows or free >= min(len(waiting), max(1, cap // 8))):
+                self.add(state, [waiting.popleft() for _ in range(min(free, len(waiting)))])
+            if not state.rows:
+                return
+            yield from self.step(state)
 
     def requests(self, prompts: str | Sequence[str | Sequence[int]], max_new_tokens: int = 128,
                  sampling: SamplingParams | None = None, *, stop: Sequence[str] | None = None, chat: bool = False,
@@ -322,22 +353,30 @@ class GenerationStream:
     """Iterates :class:`TextDelta` pieces as a streamed ``generate`` runs; ``result`` holds the
     :class:`GenerationResult` once the iteration is over."""
 
-    def __init__(self, decoder: SpeculativeDecoder, requests: list[Request]) -> None:
-        self._decoder, self._requests = decoder, requests
+    def __init__(self, decoder: SpeculativeDecoder, requests: list[Request], max_batch: int | None = None) -> None:
+        self._decoder, self._requests, self._max_batch = decoder, requests, max_batch
         self.result: GenerationResult | None = None
 
     def __iter__(self) -> Iterator[TextDelta]:
         dec = self._decoder
-        state = dec.start(self._requests)
+        state = dec.start()
         done: dict[Hashable, Completion] = {}
-        while state.rows:
-            for o in dec.step(state):
-                reason = o.completion.finish_reason if o.completion is not None else None
-                if o.text or reason is not None:
-                    yield TextDelta(int(o.request_id), o.text, reason)
-                if o.completion is not None:
-                    done[o.request_id] = o.completion
+        for o in dec.run(self._requests, max_batch=self._max_batch, state=state):
+            reason = o.completion.finish_reason if o.completion is not None else None
+            if o.text or reason is not None:
+                yield TextDelta(int(o.request_id), o.text, reason)
+            if o.completion is not None:
+                done[o.request_id] = o.completion
         self.result = _result([done[r.request_id] for r in self._requests], state.stats)
+
+
+def check_max_batch(max_batch: int | None) -> int:
+    """``max_batch`` validated (an int >= 1, or ``None`` for no limit) as a row cap."""
+    if max_batch is None:
+        return 1 << 62
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise ValueError(f"max_batch must be an int >= 1 or None, got {max_batch!r}")
+    return max_batch
 
 
 def _result(completions: list[Completion], stats: GenerationStats) -> GenerationResult:

@@ -1,0 +1,76 @@
+"""Answer shards: continuous batching writes, per shard, exactly what a plain generate gives each
+instruction, and a re-run resumes instead of starting over."""
+
+from __future__ import annotations
+
+import torch
+
+from verispec.distill.answers import AnswerJob, answer_shards, generate_answers, read_answer_shard, shard_path
+from verispec.distill.config import mix
+from verispec.engine import SpeculativeDecoder
+from verispec.sampling import SamplingParams
+
+JOBS = [AnswerJob(f"j{i}", "chat" if i % 2 else "math", " ".join("abcdefgh"[: 2 + i % 5])) for i in range(7)]
+
+
+def _run(target, out, **kw):
+    args = dict(max_new_tokens=6, max_batch=3, shard_size=3, seed=5, sample_frac=0.5, chat=False)
+    args.update(kw)
+    return generate_answers(target, JOBS, out, **args)
+
+
+def test_shards_hold_what_a_plain_generate_gives_each_instruction(tiny_target, tmp_path) -> None:
+    run = _run(tiny_target, tmp_path)
+    assert (run.written, run.skipped, run.answers) == (3, 0, 7)
+    shards = answer_shards(tmp_path)
+    assert [p.name for p in shards] == [shard_path(tmp_path, i).name for i in range(3)]
+    dec = SpeculativeDecoder(tiny_target, None)
+    sampled = 0
+    for p in shards:
+        t, ids, families = read_answer_shard(p)
+        assert families == [j.family for j in JOBS if j.id in ids]
+        for b, jid in enumerate(ids):
+            job = next(j for j in JOBS if j.id == jid)
+            prompt = dec.encode([job.text])[0]
+            n, L = int(t["prompt_len"][b]), int(t["length"][b])
+            assert t["input_ids"][b, :n].tolist() == prompt
+            answer = t["input_ids"][b, n:L].tolist()
+            # alone, greedy or sampled as the shard's own rule says: the same tokens
+            for temp in (0.0, 0.8):
+                alone = dec.generate([prompt], 6, SamplingParams(temperature=temp, seed=mix(5, jid))).token_ids[0]
+                if alone == answer:
+                    sampled += temp > 0
+                    break
+            else:
+                raise AssertionError(f"{jid}: shard answer {answer} is not what generate gives alone")
+            assert t["weight"][b, : L - 1].all() and not t["weight"][b, L - 1:].any()
+            assert t["generated"][b, n - 1 : L - 1].all() and not t["generated"][b, : n - 1].any()
+    assert 0 < sampled < len(JOBS)  # sample_frac 0.5 mixes greedy and sampled answers
+
+
+def test_a_rerun_skips_written_shards_and_writes_the_missing_one(tiny_target, tmp_path) -> None:
+    _run(tiny_target, tmp_path)
+    before = {p.name: read_answer_shard(p) for p in answer_shards(tmp_path)}
+    shard_path(tmp_path, 1).unlink()
+    run = _run(tiny_target, tmp_path)
+    assert (run.written, run.skipped, run.answers) == (1, 2, 3)
+    after = {p.name: read_answer_shard(p) for p in answer_shards(tmp_path)}
+    assert after.keys() == before.keys()
+    for name, (t, ids, fam) in after.items():
+        t0, ids0, fam0 = before[name]
+        assert (ids, fam) == (ids0, fam0) and all(torch.equal(t[k], t0[k]) for k in t0)
+
+
+def test_a_time_budget_leaves_no_partial_shard(tiny_target, tmp_path) -> None:
+    run = _run(tiny_target, tmp_path, time_budget_s=1e-9)
+    assert run.written == 0 and answer_shards(tmp_path) == []
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_bad_arguments_are_named(tiny_target, tmp_path) -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="max_batch"):
+        _run(tiny_target, tmp_path, max_batch=0)
+    with pytest.raises(ValueError, match="unique"):
+        generate_answers(tiny_target, JOBS + JOBS[:1], tmp_path, chat=False)

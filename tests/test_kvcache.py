@@ -1,0 +1,82 @@
+"""GrowingLayer: in-place appends give the same cache (and logits) as HF's concatenating layer,
+and they really are in place."""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+from verispec.kvcache import GrowingLayer
+from verispec.runner import KVRunner
+
+
+def _states(B: int, T: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, 2, T, 4, generator=g), torch.randn(B, 2, T, 4, generator=g)
+
+
+def test_appends_crops_and_row_selects_match_the_concatenating_layer() -> None:
+    grow, plain = GrowingLayer(), DynamicLayer()
+    ops = [("add", 5), ("add", 1), ("crop", 2), ("add", 3), ("add", 1), ("select", None), ("add", 2),
+           ("crop", 1), ("crop", 3), ("add", 40), ("add", 1)]
+    B = 3
+    for i, (op, n) in enumerate(ops):
+        if op == "add":
+            k, v = _states(B, n, seed=i)
+            got, want = grow.update(k, v), plain.update(k, v)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        elif op == "crop":
+            grow.crop(-n)
+            plain.crop(-n)
+        else:
+            rows = torch.tensor([2, 0])
+            grow.keys, grow.values = grow.keys[rows], grow.values[rows]
+            plain.keys, plain.values = plain.keys[rows], plain.values[rows]
+            B = 2
+        assert torch.equal(grow.keys, plain.keys) and torch.equal(grow.values, plain.values)
+        assert grow.get_seq_length() == plain.get_seq_length()
+
+
+def test_appends_write_into_one_buffer_until_it_is_full() -> None:
+    layer = GrowingLayer()
+    layer.update(*_states(2, 8, seed=0))
+    start = layer.keys.data_ptr()
+    for i in range(4):  # 8 + 4 columns fit the first buffer (8 + 16 spare)
+        layer.update(*_states(2, 1, seed=i + 1))
+        assert layer.keys.data_ptr() == start, "an append within capacity copied the cache"
+    layer.crop(-3)  # a crop keeps the buffer and its room
+    layer.update(*_states(2, 1, seed=9))
+    assert layer.keys.data_ptr() == start
+    layer.update(*_states(2, 64, seed=10))  # past capacity: one reallocation, contents kept
+    assert layer.keys.shape[2] == 8 + 4 - 3 + 1 + 64
+
+
+def test_a_reset_layer_starts_afresh() -> None:
+    layer = GrowingLayer()
+    layer.update(*_states(2, 3, seed=0))
+    layer.keys = layer.values = None
+    layer.is_initialized = False
+    k, v = _states(4, 2, seed=1)
+    got_k, got_v = layer.update(k, v)
+    assert torch.equal(got_k, k) and torch.equal(got_v, v)
+
+
+def test_a_runner_on_growing_layers_gives_the_logits_of_a_fresh_prefill(tiny_target) -> None:
+    """Steps with rollbacks (crops), a row leaving and rows joining, against one pass per row."""
+    model = tiny_target.model
+    r = KVRunner(model, 2)
+    assert all(isinstance(layer, GrowingLayer) for layer in r.cache.layers)
+    seqs = [[5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
+    r.forward(torch.tensor(seqs))
+    r.forward(torch.tensor([[20, 21, 22], [23, 24, 25]]))
+    r.commit(torch.tensor([[True, False, False], [True, True, False]]))  # a rejected tail: crop
+    seqs = [seqs[0] + [20], seqs[1] + [23, 24]]
+    other = KVRunner(model, 1)
+    other.forward(torch.tensor([[30, 31, 32]]))
+    r.select(torch.tensor([1]))
+    r.extend(other)
+    seqs = [seqs[1], [30, 31, 32]]
+    got = r.forward(torch.tensor([[40], [41]]))[:, -1]
+    for b, s in enumerate(seqs):
+        fresh = KVRunner(model, 1).forward(torch.tensor([s + [[40], [41]][b]]))[0, -1]
+        torch.testing.assert_close(got[b], fresh)

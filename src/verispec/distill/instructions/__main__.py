@@ -1,0 +1,65 @@
+"""``python -m verispec.distill.instructions --n 12000 --seed 0 --out FILE.jsonl``: build the
+instruction corpus, write it as JSONL and print the counts per family and split."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .build import build_instructions, write_jsonl
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, build, write, report; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m verispec.distill.instructions",
+                                     description="Build the offline instruction corpus for self-distillation.")
+    parser.add_argument("--n", type=_positive, default=12000, help="number of instructions (default 12000)")
+    parser.add_argument("--seed", type=_seed, default=0, help="RNG seed (default 0)")
+    parser.add_argument("--out", required=True, help="output .jsonl file (its folder must exist)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if out.is_dir():
+        parser.error(f"--out {str(out)!r} is a directory; give a file name")
+    if not out.parent.is_dir():
+        parser.error(f"--out: folder {str(out.parent)!r} does not exist")
+    t0 = time.perf_counter()
+    stats: dict = {}
+    instructions = build_instructions(args.n, args.seed, stats=stats)
+    write_jsonl(instructions, out)
+    print(f"{stats['total']} instructions in {time.perf_counter() - t0:.1f} s -> {out}")
+    print(f"{'family':<14} {'train':>6} {'heldout':>8} {'total':>6}")
+    for family, c in stats["families"].items():
+        print(f"{family:<14} {c['train']:>6} {c['heldout']:>8} {c['train'] + c['heldout']:>6}")
+    train = sum(c["train"] for c in stats["families"].values())
+    held = sum(c["heldout"] for c in stats["families"].values())
+    print(f"{'all':<14} {train:>6} {held:>8} {train + held:>6}")
+    print(f"sources: {stats['sources']['train']} train, {stats['sources']['heldout']} heldout")
+    print("dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(stats["drops"].items()) if k != "candidates")
+          + f" (of {stats['drops'].get('candidates', 0)} candidates)")
+    if stats["total"] < args.n:
+        print(f"warning: only {stats['total']} of {args.n} instructions could be built", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -80,3 +80,45 @@ def test_a_runner_on_growing_layers_gives_the_logits_of_a_fresh_prefill(tiny_tar
     for b, s in enumerate(seqs):
         fresh = KVRunner(model, 1).forward(torch.tensor([s + [[40], [41]][b]]))[0, -1]
         torch.testing.assert_close(got[b], fresh)
+
+
+def test_dropping_rows_moves_only_the_last_rows_into_their_places() -> None:
+    grow, plain = GrowingLayer(), DynamicLayer()
+    k, v = _states(5, 6, seed=0)
+    grow.update(k, v)
+    plain.update(k, v)
+    start = grow.keys.data_ptr()
+    rows = torch.tensor([0, 4, 2, 3])  # row 1 leaves, row 4 takes its place (engine.step.fill_holes)
+    grow.select_rows(rows)
+    plain.keys, plain.values = plain.keys[rows], plain.values[rows]
+    assert grow.keys.data_ptr() == start, "dropping one row copied the cache"
+    assert torch.equal(grow.keys, plain.keys) and torch.equal(grow.values, plain.values)
+    grow.select_rows(torch.tensor([3, 2, 1, 0]))  # a general permutation is still right (by copy)
+    assert torch.equal(grow.keys, plain.keys[[3, 2, 1, 0]])
+
+
+def test_added_rows_go_into_spare_rows_with_hole_columns() -> None:
+    grow = GrowingLayer()
+    k, v = _states(4, 6, seed=0)
+    grow.update(k, v)
+    grow.select_rows(torch.tensor([0, 1]))  # two rows free
+    start = grow.keys.data_ptr()
+    nk, nv = _states(2, 3, seed=1)
+    grow.add_rows(nk, nv)
+    assert grow.keys.data_ptr() == start, "adding rows into free rows copied the cache"
+    assert grow.keys.shape == (4, 2, 6, 4)
+    assert torch.equal(grow.keys[:2], k[:2]) and torch.equal(grow.keys[2:, :, :3], nk)
+    assert torch.isfinite(grow.keys).all()  # hole columns hold finite values (masked, never NaN)
+    wide_k, wide_v = _states(1, 9, seed=2)  # a row wider than the cache widens it
+    grow.add_rows(wide_k, wide_v)
+    assert grow.keys.shape == (5, 2, 9, 4) and torch.equal(grow.keys[4], wide_k[0])
+    assert torch.equal(grow.keys[:2, :, :6], k[:2]) and torch.isfinite(grow.keys).all()
+
+
+def test_fill_holes_keeps_rows_in_place_and_moves_the_last_ones() -> None:
+    from verispec.engine.step import fill_holes
+
+    assert fill_holes([0, 2, 3, 5], 6) == [0, 5, 2, 3]
+    assert fill_holes([0, 1, 2], 3) == [0, 1, 2]
+    assert fill_holes([], 4) == []
+    assert sorted(fill_holes([1, 3, 4, 6, 7], 8)) == [1, 3, 4, 6, 7]

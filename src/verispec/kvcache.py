@@ -64,6 +64,23 @@ class GrowingLayer(DynamicLayer):
         self._vbuf, self._values = _append(self._vbuf, self._values, value_states)
         return self._keys, self._values
 
+    @torch.inference_mode()
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep rows ``rows [n]`` (int64, in that order). Rows that stay where they are are not
+        copied: dropping a few rows by moving the last ones into their places (what the engine
+        does) copies only the moved rows."""
+        if self._keys is None or self._keys.dim() != 4:
+            return
+        self._kbuf, self._keys = _select(self._kbuf, self._keys, rows)
+        self._vbuf, self._values = _select(self._vbuf, self._values, rows)
+
+    @torch.inference_mode()
+    def add_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Append rows ``keys`` / ``values [b, H, n', D]`` after the held ones; the narrower side
+        gets hole columns (zeros or stale finite values: the runner's mask never reads them)."""
+        self._kbuf, self._keys = _add_rows(self._kbuf, self._keys, keys)
+        self._vbuf, self._values = _add_rows(self._vbuf, self._values, values)
+
 
 def growing_cache(config) -> DynamicCache:
     """A ``DynamicCache`` for ``config`` whose full-attention layers are :class:`GrowingLayer`
@@ -74,10 +91,19 @@ def growing_cache(config) -> DynamicCache:
 
 
 def _is_prefix_view(x: torch.Tensor | None, buf: torch.Tensor | None) -> bool:
-    """Whether ``x`` is ``buf[:, :, :n]`` for some n (same storage start, rows and strides)."""
+    """Whether ``x`` is ``buf[:b, :, :n]`` for some b, n (same storage start and strides)."""
     return (x is not None and buf is not None and x.dim() == 4 and x.data_ptr() == buf.data_ptr()
-            and x.shape[:2] == buf.shape[:2] and x.shape[3] == buf.shape[3] and x.shape[2] <= buf.shape[2]
-            and x.stride() == buf.stride())
+            and x.shape[0] <= buf.shape[0] and x.shape[1] == buf.shape[1] and x.shape[3] == buf.shape[3]
+            and x.shape[2] <= buf.shape[2] and x.stride() == buf.stride())
+
+
+def _grown(held: torch.Tensor | None, like: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """A zeroed buffer with room for ``rows`` x ``cols`` (plus spare), holding ``held``."""
+    B, H, _, D = like.shape
+    buf = like.new_zeros(max(rows, (5 * rows) // 4), H, max(cols + _MIN_SPARE, (3 * cols) // 2), D)
+    if held is not None and held.dim() == 4 and held.shape[2]:
+        buf[: held.shape[0], :, : held.shape[2]] = held
+    return buf
 
 
 def _append(buf: torch.Tensor | None, held: torch.Tensor | None, new: torch.Tensor
@@ -87,10 +113,37 @@ def _append(buf: torch.Tensor | None, held: torch.Tensor | None, new: torch.Tens
     B, H, T, D = new.shape
     if n and held.shape[0] != B:
         raise ValueError(f"cache holds {held.shape[0]} rows, the new states have {B}")
-    if buf is None or n + T > buf.shape[2] or buf.shape[0] != B or buf.dtype != new.dtype:
-        grown = new.new_empty(B, H, max(n + T + _MIN_SPARE, (3 * (n + T)) // 2), D)
-        if n:
-            grown[:, :, :n] = held
-        buf = grown
-    buf[:, :, n:n + T] = new
-    return buf, buf[:, :, :n + T]
+    if buf is None or n + T > buf.shape[2] or B > buf.shape[0] or buf.dtype != new.dtype:
+        buf = _grown(held, new, B, n + T)
+    buf[:B, :, n:n + T] = new
+    return buf, buf[:B, :, :n + T]
+
+
+def _select(buf: torch.Tensor | None, held: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """``(buffer, view)`` keeping rows ``rows`` of ``held``; in place when no moved row's source
+    is another moved row's destination."""
+    rows = rows.to(held.device)
+    n = len(rows)
+    if buf is None or not n:
+        return None, held[rows]
+    moved = (rows != torch.arange(n, device=rows.device)).nonzero().squeeze(1)
+    src = rows[moved]
+    if bool(torch.isin(src, moved).any()):  # a general permutation: copy
+        return None, held[rows]
+    if len(moved):
+        buf[moved, :, : held.shape[2]] = buf[src, :, : held.shape[2]]
+    return buf, buf[:n, :, : held.shape[2]]
+
+
+def _add_rows(buf: torch.Tensor | None, held: torch.Tensor | None, new: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(buffer, view)`` with the rows ``new [b, H, n', D]`` after ``held``'s."""
+    B = held.shape[0] if held is not None and held.dim() == 4 else 0
+    n = held.shape[2] if B else 0
+    b, _, m, _ = new.shape
+    W = max(n, m)
+    if buf is None or B + b > buf.shape[0] or W > buf.shape[2] or buf.dtype != new.dtype:
+        buf = _grown(held if B else None, new, B + b, W)
+    if m:
+        buf[B:B + b, :, :m] = new
+    return buf, buf[:B + b, :, :W]

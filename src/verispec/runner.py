@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from .kvcache import growing_cache
+from .kvcache import GrowingLayer, growing_cache
 
 __all__ = ["KVRunner", "left_pad", "prefill"]
 
@@ -156,7 +156,14 @@ class KVRunner:
         leave the batch. Columns that are then holes in every row are dropped."""
         rows = rows.to(self.col_pos.device)
         self.col_pos, self.lengths = self.col_pos[rows], self.lengths[rows]
-        cols = (self.col_pos >= 0).any(0).nonzero().squeeze(1)  # [L'] columns some row still uses
+        used = (self.col_pos >= 0).any(0)  # [L] columns some row still uses
+        if self._in_place() and 4 * int(used.sum()) >= 3 * len(used):
+            # Few dead columns: keep them (holes) and move rows within the buffers, not the cache.
+            for layer in self.cache.layers:
+                layer.select_rows(rows)
+            self._crop_tail()
+            return
+        cols = used.nonzero().squeeze(1)  # [L']
         for layer in self.cache.layers:
             if _held(layer.keys) is not None and len(cols):
                 layer.keys = layer.keys[rows][:, :, cols]
@@ -171,6 +178,9 @@ class KVRunner:
         runners = (self, *others)
         if any(len(r.cache.layers) != len(self.cache.layers) for r in others):
             raise ValueError("extend: the runners' caches have different layers (another model?)")
+        if self._in_place() and self.num_columns and others:
+            self._add_rows(others)
+            return
         W = max(r.num_columns for r in runners)
         for i, a in enumerate(self.cache.layers):
             layers = [r.cache.layers[i] for r in runners]
@@ -188,6 +198,27 @@ class KVRunner:
         self.col_pos = torch.cat([torch.cat([r.col_pos.to(device), hole.expand(len(r.lengths), W - r.num_columns)], 1)
                                   for r in runners])
         self.lengths = torch.cat([r.lengths.to(device) for r in runners])
+
+    def _in_place(self) -> bool:
+        """Whether every layer can select and add rows inside its buffers."""
+        return all(isinstance(layer, GrowingLayer) for layer in self.cache.layers)
+
+    def _add_rows(self, others: tuple[KVRunner, ...]) -> None:
+        """:meth:`extend` without copying this runner's rows: the others are joined on their own
+        (a copy of the new rows only), then written into this cache's spare rows."""
+        joined = KVRunner(self.model, 0)
+        joined.extend(*others)
+        for a, o in zip(self.cache.layers, joined.cache.layers):
+            k, v = _held(o.keys), _held(o.values)
+            if k is None:  # the new rows hold no column yet
+                k = v = a.keys.new_zeros(len(joined.lengths), a.keys.shape[1], 0, a.keys.shape[3])
+            a.add_rows(k, v)
+        W = max(self.num_columns, joined.num_columns)
+        device = self.col_pos.device
+        hole = torch.full((1, 1), -1, dtype=torch.int64, device=device)
+        self.col_pos = torch.cat([torch.cat([r.col_pos.to(device), hole.expand(len(r.lengths), W - r.num_columns)], 1)
+                                  for r in (self, joined)])
+        self.lengths = torch.cat([self.lengths, joined.lengths.to(device)])
 
     @property
     def num_columns(self) -> int:

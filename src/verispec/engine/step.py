@@ -219,12 +219,29 @@ def _retire(dec: SpeculativeDecoder, state: BatchState) -> None:
 
 
 def keep_rows(dec: SpeculativeDecoder, state: BatchState, keep: list[int]) -> None:
-    """Keep only the rows ``keep`` of the batch: in the target's cache, the drafter and the state."""
+    """Keep only the rows ``keep`` of the batch: in the target's cache, the drafter and the state.
+
+    The last kept rows move into the places of the dropped ones (rows are not kept in admission
+    order), so the caches copy only the moved rows, not the whole batch."""
+    keep = fill_holes(keep, len(state.rows))
     index = torch.tensor(keep, dtype=torch.int64)
     state.runner.select(index)
     if dec.drafter is not None:
         dec.drafter.keep(index)
     state.keep(keep)
+
+
+def fill_holes(keep: list[int], B: int) -> list[int]:
+    """The rows ``keep`` (ascending, of ``B``) in the order that moves the fewest: row i stays at
+    i when kept; the places of dropped rows below ``len(keep)`` take the kept rows above it."""
+    n = len(keep)
+    kept = set(keep)
+    order = list(range(n))
+    holes = [i for i in range(n) if i not in kept]
+    movers = [j for j in range(n, B) if j in kept]
+    for h, m in zip(holes, movers):
+        order[h] = m
+    return order
 
 
 def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:

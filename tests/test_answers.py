@@ -74,3 +74,21 @@ def test_bad_arguments_are_named(tiny_target, tmp_path) -> None:
         _run(tiny_target, tmp_path, max_batch=0)
     with pytest.raises(ValueError, match="unique"):
         generate_answers(tiny_target, JOBS + JOBS[:1], tmp_path, chat=False)
+
+
+def test_recorded_features_are_the_teacher_forced_ones(tiny_target, tmp_path) -> None:
+    """The hidden states kept while generating equal one teacher-forced pass over prompt + answer
+    (every position but the last); a recorder that skipped or shifted a step would fail."""
+    from verispec.eagle import target_features
+
+    _run(tiny_target, tmp_path, features=True)
+    for p in answer_shards(tmp_path):
+        t, ids, _ = read_answer_shard(p)
+        assert t["features"].dtype == torch.float16
+        for b in range(len(ids)):
+            L = int(t["length"][b])
+            seq = t["input_ids"][b : b + 1, :L].long()
+            want = target_features(tiny_target.model, seq)[0]  # [L, H]
+            got = t["features"][b]
+            torch.testing.assert_close(got[: L - 1].float(), want[: L - 1].float(), atol=2e-3, rtol=2e-3)
+            assert not got[L - 1 :].any()

@@ -92,3 +92,29 @@ def test_recorded_features_are_the_teacher_forced_ones(tiny_target, tmp_path) ->
             got = t["features"][b]
             torch.testing.assert_close(got[: L - 1].float(), want[: L - 1].float(), atol=2e-3, rtol=2e-3)
             assert not got[L - 1 :].any()
+
+
+def test_a_head_trains_on_answer_shards_and_reports_agreement_per_family(tmp_path) -> None:
+    from verispec.distill.head import train_head
+    from verispec.eagle import load_eagle_head, save_eagle_head
+    from verispec.testing import tiny_eagle, tiny_llama
+
+    tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)  # heads train in float32
+
+    _run(tiny_target, tmp_path / "train", features=True)
+    _run(tiny_target, tmp_path / "held", features=True)
+    init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
+    save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
+    logs: list[str] = []
+    summary = train_head(tiny_target, answer_shards(tmp_path / "train"), answer_shards(tmp_path / "held"),
+                         tmp_path / "out", init_from=str(tmp_path / "init"), steps=4, lr=1e-2, held_eval=2,
+                         log=logs.append)
+    assert set(summary["after"]) == {"chat", "math", "all"}
+    assert summary["after"]["all"]["sequences"] == len(JOBS)
+    assert summary["train_answer_positions"] == sum(1 for p in answer_shards(tmp_path / "train")
+                                                    for g in read_answer_shard(p)[0]["generated"].flatten() if g)
+    trained = load_eagle_head(tmp_path / "out")
+    assert torch.equal(trained.vocab_map, init.vocab_map)
+    changed = any(not torch.allclose(a.float(), b.float(), atol=1e-3)
+                  for a, b in zip(trained.head.state_dict().values(), init.head.state_dict().values()))
+    assert changed, "four steps at lr 1e-2 left the head as it was"

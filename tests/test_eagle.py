@@ -342,3 +342,45 @@ def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
         make_drafter("eagle:fp64+ngram")
     with pytest.raises(ModelLoadError, match="does not exist"):
         make_drafter(str(tmp_path / "nothing-here"))
+
+
+def _loss_over_all_positions(outs, f, w, W, reg_weight):
+    """The loss as first written: every position through the output rows, weighted."""
+    lp_t = torch.log_softmax(f @ W.T, -1)
+    loss = f.new_zeros(())
+    for s, f_hat in enumerate(outs, 1):
+        ws = w.clone()
+        ws[:, :s] = 0
+        lp_s = torch.log_softmax(f_hat @ W.T, -1)
+        kl = ((lp_t.exp() * (lp_t - lp_s)).sum(-1) * ws).sum() / ws.sum().clamp_min(1)
+        reg = (torch.nn.functional.smooth_l1_loss(f_hat, f, reduction="none").mean(-1) * ws).sum() / ws.sum().clamp_min(1)
+        loss = loss + kl + reg_weight * reg
+    return loss
+
+
+def test_the_loss_over_scored_positions_and_a_cropped_batch_is_the_loss_over_all(tiny_target) -> None:
+    """unrolled_loss gathers the positions of weight > 0 and the trainer crops the batch after
+    its last one: the same loss and gradient as scoring every position of the full batch."""
+    from verispec.eagle_train import FeatureSet, _last_scored, _position_weight, unrolled_loss
+
+    files, dm = _draft_model(tiny_target)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(4, 64, (3, 14), generator=g)
+    with torch.no_grad():
+        f = target_features(tiny_target.model, ids)
+    weight = torch.ones(3, 14, dtype=torch.uint8)
+    weight[:, 10:] = 0  # padding
+    generated = torch.zeros_like(weight)
+    generated[:, 4:] = 1  # prompt of 4 tokens
+    b = FeatureSet(ids, f, weight, generated)
+    W = tiny_target.model.get_output_embeddings().weight.detach()[::2]  # a vocab map of every other id
+    for answers_only in (False, True):
+        w = _position_weight(b, answers_only)
+        end = _last_scored(w, None)
+        assert end == 10
+        full = _loss_over_all_positions(unrolled_predictions(files.head, dm.embed, f, ids, 3), f, w, W, 0.1)
+        outs = unrolled_predictions(files.head, dm.embed, f[:, :end], ids[:, :end], 3)
+        fast, _ = unrolled_loss(outs, f[:, :end], w[:, :end], W, 0.1)
+        torch.testing.assert_close(fast, full, atol=1e-10, rtol=1e-10)
+    assert not torch.allclose(_loss_over_all_positions(unrolled_predictions(files.head, dm.embed, f, ids, 3), f,
+                                                       _position_weight(b, False), W, 0.1), fast)

@@ -134,9 +134,10 @@ def unrolled_predictions(head: EagleHead, embed, feats: torch.Tensor, ids: torch
 
 @torch.no_grad()
 def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: torch.Tensor, held: FeatureSet,
-                   depth: int, batch: int = 4) -> dict:
+                   depth: int, batch: int = 4, answers_only: bool = False) -> dict:
     """Held-out top-1 agreement of each unrolled step with the target (argmax over the full head;
-    a target argmax outside the vocab map is a miss) and the step-1 KL over the map."""
+    a target argmax outside the vocab map is a miss) and the step-1 KL over the map
+    (``answers_only``: at positions whose next token the target generated)."""
     head.eval()
     hits = torch.zeros(depth)
     count = torch.zeros(depth)
@@ -150,7 +151,7 @@ def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: to
         want = (f @ out_full.T).argmax(-1)  # [B, T] target's greedy token after position i
         for s, f_hat in enumerate(outs, 1):
             got = vocab_map[(f_hat @ W.T).argmax(-1)]
-            w = b.weight.float().clone()
+            w = _position_weight(b, answers_only).clone()
             w[:, :s] = 0  # positions without s earlier real features
             hits[s - 1] += float(((got == want).float() * w).sum())
             count[s - 1] += float(w.sum())
@@ -165,16 +166,60 @@ def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: to
     return {"kl": kl_sum / max(kl_n, 1.0), "agree": agree}
 
 
+def _position_weight(b: FeatureSet, answers_only: bool) -> torch.Tensor:
+    """``[B, T]`` float weight of each position's label (its next token)."""
+    w = b.weight.float()
+    return w * b.generated.float() if answers_only else w
+
+
+def _last_scored(w: torch.Tensor, seq_len: int | None) -> int:
+    """Columns a batch needs: up to its last scored position (attention is causal, so later
+    columns change nothing before them), at most ``seq_len``."""
+    scored = w.any(0).nonzero()
+    end = int(scored.max()) + 1 if len(scored) else 1
+    return min(end, seq_len) if seq_len is not None else end
+
+
+def unrolled_loss(outs: Sequence[torch.Tensor], f: torch.Tensor, w: torch.Tensor, W: torch.Tensor,
+                  reg_weight: float) -> tuple[torch.Tensor, dict]:
+    """Sum over draft steps s of KL(target || head) over the map rows ``W [V_map, H]`` plus
+    ``reg_weight`` x smooth-L1(predicted, real feature), each averaged with weights ``w [B, T]``
+    (step s skips the first s positions). ``outs``: step s's predicted features ``[B, T, H]``.
+
+    Only positions of weight > 0 go through the output rows (the costly part); the result is
+    the same as over all positions."""
+    pos = (w > 0).nonzero(as_tuple=True)
+    with torch.no_grad():
+        lp_t = torch.log_softmax(f[pos] @ W.T, -1)  # [N, V_map] teacher over the map
+        p_t = lp_t.exp()
+    loss = f.new_zeros(())
+    info = {}
+    for s, f_hat in enumerate(outs, 1):
+        ws = w.clone()
+        ws[:, :s] = 0
+        ws = ws[pos]  # [N]
+        denom = ws.sum().clamp_min(1)
+        g = f_hat[pos]  # [N, H]
+        lp_s = torch.log_softmax(g @ W.T, -1)
+        kl = ((p_t * (lp_t - lp_s)).sum(-1) * ws).sum() / denom
+        reg = (F.smooth_l1_loss(g, f[pos], reduction="none").mean(-1) * ws).sum() / denom
+        loss = loss + kl + reg_weight * reg
+        info[f"kl{s}"] = float(kl.detach())
+    return loss, info
+
+
 def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: torch.Tensor, out: Path, *,
                 steps: int, batch_size: int = 4, lr: float = 3e-3, depth: int = 3, noise: float = 0.05,
                 reg_weight: float = 0.1, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
                 ckpt_every: int = 100, sample_weight: torch.Tensor | None = None, init_from: EagleHead | None = None,
-                progress=None, log=print) -> tuple[EagleHead, dict]:
+                answers_only: bool = False, held_eval: int = 0, progress=None, log=print) -> tuple[EagleHead, dict]:
     """Train (or resume from ``out/checkpoints/eagle-last.safetensors``) an EAGLE head.
 
     ``sample_weight [N]``: relative probability of drawing each training sequence (default
     uniform). ``init_from``: start from these weights (fine-tuning) instead of the
-    pass-through initialisation.
+    pass-through initialisation. ``answers_only``: score only positions whose next token the
+    target generated (where a head drafts), the rest being context. ``held_eval``: evaluate
+    on the first ``held_eval`` held-out sequences only (0 = all).
     """
     torch.manual_seed(seed)
     head = EagleHead(eagle_config(target_model.config))
@@ -205,29 +250,14 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
     last = history[-1] if history else {}
     while step < steps:
         b = train.subset(draw())
-        f = b.features.float()
-        ids = b.input_ids.long()
-        w = b.weight.float()
-        if seq_len is not None and seq_len < f.shape[1]:
-            f, ids, w = f[:, :seq_len], ids[:, :seq_len], w[:, :seq_len]
+        w = _position_weight(b, answers_only)
+        end = _last_scored(w, seq_len)
+        f, ids, w = b.features[:, :end].float(), b.input_ids[:, :end].long(), w[:, :end]
         for group in opt.param_groups:
             group["lr"] = cosine_lr(step, steps, lr, floor=0.05)
         noise_gen = torch.Generator().manual_seed(seed * 1_000_003 + 7_919 * step + 1)  # per step: resumable
         outs = unrolled_predictions(head, embed, f, ids, depth, noise, noise_gen)
-        with torch.no_grad():
-            lp_t = torch.log_softmax(f @ W.T, -1)  # [B, T, V_map] teacher over the map
-            p_t = lp_t.exp()
-        loss = f.new_zeros(())
-        info = {}
-        for s, f_hat in enumerate(outs, 1):
-            ws = w.clone()
-            ws[:, :s] = 0
-            denom = ws.sum().clamp_min(1)
-            lp_s = torch.log_softmax(f_hat @ W.T, -1)
-            kl = ((p_t * (lp_t - lp_s)).sum(-1) * ws).sum() / denom
-            reg = (F.smooth_l1_loss(f_hat, f, reduction="none").mean(-1) * ws).sum() / denom
-            loss = loss + kl + reg_weight * reg
-            info[f"kl{s}"] = float(kl.detach())
+        loss, info = unrolled_loss(outs, f, w, W, reg_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -237,8 +267,9 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
             progress.update(task, advance=1, description="training (EAGLE head) " +
                             " ".join(f"{k} {v:.2f}" for k, v in info.items()))
         if step % eval_every == 0 or step == steps:
+            probe = held.subset(torch.arange(min(held_eval, len(held)))) if held_eval else held
             last = {"step": step, "seconds": time.perf_counter() - t0,
-                    **evaluate_eagle(head, embed, out_full, vocab_map, held, depth)}
+                    **evaluate_eagle(head, embed, out_full, vocab_map, probe, depth, answers_only=answers_only)}
             history.append(last)
             log(json.dumps(last))
         if step % ckpt_every == 0 or step == steps:

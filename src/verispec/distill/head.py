@@ -1,0 +1,132 @@
+"""Train an EAGLE head on the target's own answers: ``python -m verispec.distill.head``.
+
+Input: answer shards written by ``python -m verispec.distill.answers --features`` (prompt +
+answer tokens and the target's hidden states recorded while it generated). The head learns
+only at answer positions (where it drafts; the prompt is context), from a head directory
+(``--init-from``, e.g. the built-in ``eagle``) or from the pass-through start, and is exported
+as a head directory with its held-out top-1 agreement per task family in the metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from ..eagle import EagleHead
+    from ..eagle_train import FeatureSet
+    from ..models import CausalLM
+
+__all__ = ["family_agreement", "load_answers", "main", "train_head"]
+
+
+def load_answers(paths: Sequence[Path]) -> tuple[FeatureSet, list[str]]:
+    """Answer shards (with features) as one :class:`FeatureSet`, and each sequence's family."""
+    from ..eagle_train import FeatureSet
+    from .answers import read_answer_shard
+
+    if not paths:
+        raise ValueError("no answer shards given")
+    families: list[str] = []
+    for p in paths:
+        tensors, _, fam = read_answer_shard(p)
+        if "features" not in tensors:
+            raise ValueError(f"{p} has no features: write it with `distill.answers --features`")
+        families += fam
+    return FeatureSet.load(paths), families
+
+
+def family_agreement(head: EagleHead, target: CausalLM, vocab_map: torch.Tensor, held: FeatureSet,
+                     families: Sequence[str], depth: int) -> dict[str, dict]:
+    """Held-out top-1 agreement with the target per unrolled step, at answer positions, per
+    family and over all (``"all"``)."""
+    from ..eagle_train import evaluate_eagle
+
+    model = target.model
+    embed, out_full = model.get_input_embeddings(), model.get_output_embeddings().weight.detach()
+    out = {}
+    for fam in sorted(set(families)) + ["all"]:
+        idx = torch.tensor([i for i, f in enumerate(families) if fam in (f, "all")])
+        out[fam] = evaluate_eagle(head, embed, out_full, vocab_map, held.subset(idx), depth, answers_only=True)
+        out[fam]["sequences"] = len(idx)
+    return out
+
+
+def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequence[Path], out: Path, *,
+               init_from: str = "eagle", steps: int = 1000, lr: float = 5e-4, batch_size: int = 4, depth: int = 3,
+               noise: float = 0.05, seed: int = 0, held_eval: int = 64, log: Callable[[str], None] = print) -> dict:
+    """Train, export to ``out`` and return a summary: data sizes, the training result, and the
+    per-family held-out agreement of the initial and of the trained head."""
+    from ..eagle import save_eagle_head
+    from ..eagle_train import train_eagle
+    from .eagle_head import init_head
+
+    init = init_head(init_from) if init_from else None
+    if init is None or init.vocab_map is None:
+        raise ValueError("init_from must name a head directory with a vocab map (e.g. 'eagle')")
+    vmap = init.vocab_map
+    train, _ = load_answers(train_paths)
+    held, held_fam = load_answers(held_paths)
+    answer_tokens = int((train.weight.bool() & train.generated.bool()).sum())
+    log(f"train: {len(train)} sequences, {answer_tokens} answer positions; held-out: {len(held)}")
+    before = family_agreement(init.head, target, vmap, held, held_fam, depth)
+    log("before: " + json.dumps({k: round(v["agree"][0], 4) for k, v in before.items()}))
+    t0 = time.perf_counter()
+    head, result = train_eagle(target.model, train, held, vmap, out, steps=steps, batch_size=batch_size, lr=lr,
+                               depth=depth, noise=noise, seed=seed, init_from=init.head, answers_only=True,
+                               held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50, log=log)
+    seconds = time.perf_counter() - t0
+    after = family_agreement(head, target, vmap, held, held_fam, depth)
+    log("after: " + json.dumps({k: round(v["agree"][0], 4) for k, v in after.items()}))
+    summary = {"train_sequences": len(train), "train_answer_positions": answer_tokens, "held_sequences": len(held),
+               "init_from": init_from, "steps": steps, "lr": lr, "batch_size": batch_size, "depth": depth,
+               "seconds": seconds, "train": result, "before": before, "after": after}
+    save_eagle_head(head, out, vocab_map=vmap, meta={"target": target.name, "train": summary})
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``--train DIR... --heldout DIR --out DIR [--init-from eagle] [--steps N]``."""
+    import argparse
+
+    from ..exits import run_command
+
+    ap = argparse.ArgumentParser(prog="python -m verispec.distill.head", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--train", nargs="+", required=True, help="folders of answer shards (with features)")
+    ap.add_argument("--heldout", required=True, help="folder of held-out answer shards (with features)")
+    ap.add_argument("--out", required=True, help="output head directory")
+    ap.add_argument("--target", default="smollm2-135m")
+    ap.add_argument("--init-from", default="eagle")
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-shards", type=int, default=0, help="use the first N training shards (0 = all)")
+    args = ap.parse_args(argv)
+
+    def body() -> int:
+        from ..models import load_causal_lm
+        from .answers import answer_shards
+
+        train_paths = [p for d in args.train for p in answer_shards(Path(d))]
+        if args.max_shards:
+            train_paths = train_paths[: args.max_shards]
+        held_paths = answer_shards(Path(args.heldout))
+        target = load_causal_lm(args.target)
+        out = Path(args.out)
+        summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, steps=args.steps,
+                             lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed)
+        (out / "train-summary.json").write_text(json.dumps(summary, indent=2))
+        return 0
+
+    return run_command("distill head", body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -118,3 +118,18 @@ def test_a_head_trains_on_answer_shards_and_reports_agreement_per_family(tmp_pat
     changed = any(not torch.allclose(a.float(), b.float(), atol=1e-3)
                   for a, b in zip(trained.head.state_dict().values(), init.head.state_dict().values()))
     assert changed, "four steps at lr 1e-2 left the head as it was"
+
+
+def test_the_answer_vocab_map_holds_the_most_written_answer_tokens() -> None:
+    from verispec.distill.head import answer_vocab_map, map_coverage
+    from verispec.eagle_train import FeatureSet
+
+    ids = torch.tensor([[1, 2, 7, 7, 7, 9, 0], [3, 4, 8, 8, 9, 5, 0]])
+    weight = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0, 0]], dtype=torch.uint8)  # 6 tokens each
+    generated = torch.tensor([[0, 1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 0, 0]], dtype=torch.uint8)  # answers from 2
+    data = FeatureSet(ids, torch.zeros(2, 7, 4), weight, generated)
+    # answer tokens: 7, 7, 7, 9 and 8, 8, 9, 5 -> counts 7:3, 8:2, 9:2, 5:1; prompt tokens never count
+    assert answer_vocab_map(data, 2).tolist() == [7, 8]
+    assert answer_vocab_map(data, 3, always=[0]).tolist() == [0, 7, 8]
+    cov = map_coverage(data, torch.tensor([7, 9]), ["a", "b"])
+    assert cov == {"a": 1.0, "b": 0.25, "all": 5 / 8}

@@ -22,7 +22,31 @@ if TYPE_CHECKING:
     from ..eagle_train import FeatureSet
     from ..models import CausalLM
 
-__all__ = ["family_agreement", "load_answers", "main", "train_head"]
+__all__ = ["answer_vocab_map", "family_agreement", "load_answers", "main", "map_coverage", "train_head"]
+
+
+def answer_vocab_map(data: FeatureSet, size: int, always: Sequence[int] = ()) -> torch.Tensor:
+    """The ``size`` tokens the target wrote most often in the answers of ``data`` (its own
+    choices, so mostly its argmax), plus ``always`` (e.g. EOS): ``[N]`` int64, sorted."""
+    nxt = data.input_ids[:, 1:].long()
+    scored = (data.weight[:, :-1].bool() & data.generated[:, :-1].bool())
+    counts = torch.bincount(nxt[scored], minlength=int(nxt.max()) + 1)
+    top = counts.argsort(descending=True, stable=True)[: max(0, size - len(always))]
+    return torch.unique(torch.cat([top, torch.tensor(list(always), dtype=torch.int64)]))
+
+
+def map_coverage(data: FeatureSet, vocab_map: torch.Tensor, families: Sequence[str]) -> dict[str, float]:
+    """Share of answer tokens in ``vocab_map``, per family and over all."""
+    nxt = data.input_ids[:, 1:].long()
+    scored = (data.weight[:, :-1].bool() & data.generated[:, :-1].bool())
+    inmap = torch.isin(nxt, vocab_map) & scored
+    fam = torch.tensor([sorted(set(families)).index(f) for f in families])
+    out = {}
+    for i, name in enumerate(sorted(set(families))):
+        rows = fam == i
+        out[name] = float(inmap[rows].sum() / scored[rows].sum().clamp_min(1))
+    out["all"] = float(inmap.sum() / scored.sum().clamp_min(1))
+    return out
 
 
 def load_answers(paths: Sequence[Path]) -> tuple[FeatureSet, list[str]]:
@@ -58,10 +82,12 @@ def family_agreement(head: EagleHead, target: CausalLM, vocab_map: torch.Tensor,
 
 
 def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequence[Path], out: Path, *,
-               init_from: str = "eagle", steps: int = 1000, lr: float = 5e-4, batch_size: int = 4, depth: int = 3,
+               init_from: str = "eagle", map_size: int = 0, steps: int = 1000, lr: float = 5e-4, batch_size: int = 4, depth: int = 3,
                noise: float = 0.05, seed: int = 0, held_eval: int = 64, log: Callable[[str], None] = print) -> dict:
     """Train, export to ``out`` and return a summary: data sizes, the training result, and the
-    per-family held-out agreement of the initial and of the trained head."""
+    per-family held-out agreement of the initial and of the trained head. ``map_size`` > 0:
+    a new vocab map of the tokens the answers use most (:func:`answer_vocab_map`) instead of
+    the initial head's; the head's weights do not depend on the map."""
     from ..eagle import save_eagle_head
     from ..eagle_train import train_eagle
     from .eagle_head import init_head
@@ -69,12 +95,18 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     init = init_head(init_from) if init_from else None
     if init is None or init.vocab_map is None:
         raise ValueError("init_from must name a head directory with a vocab map (e.g. 'eagle')")
-    vmap = init.vocab_map
     train, _ = load_answers(train_paths)
     held, held_fam = load_answers(held_paths)
+    before_cov = map_coverage(held, init.vocab_map, held_fam)
+    vmap = init.vocab_map
+    if map_size:
+        eos = target.eos_token_ids
+        vmap = answer_vocab_map(train, map_size, always=sorted(eos) if eos else ())
+    coverage = map_coverage(held, vmap, held_fam)
+    log(f"held-out answer tokens in the map: {before_cov['all']:.3f} (initial) -> {coverage['all']:.3f}")
     answer_tokens = int((train.weight.bool() & train.generated.bool()).sum())
     log(f"train: {len(train)} sequences, {answer_tokens} answer positions; held-out: {len(held)}")
-    before = family_agreement(init.head, target, vmap, held, held_fam, depth)
+    before = family_agreement(init.head, target, init.vocab_map, held, held_fam, depth)
     log("before: " + json.dumps({k: round(v["agree"][0], 4) for k, v in before.items()}))
     t0 = time.perf_counter()
     head, result = train_eagle(target.model, train, held, vmap, out, steps=steps, batch_size=batch_size, lr=lr,
@@ -84,7 +116,8 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     after = family_agreement(head, target, vmap, held, held_fam, depth)
     log("after: " + json.dumps({k: round(v["agree"][0], 4) for k, v in after.items()}))
     summary = {"train_sequences": len(train), "train_answer_positions": answer_tokens, "held_sequences": len(held),
-               "init_from": init_from, "steps": steps, "lr": lr, "batch_size": batch_size, "depth": depth,
+               "init_from": init_from, "map_size": len(vmap), "map_coverage_before": before_cov,
+               "map_coverage": coverage, "steps": steps, "lr": lr, "batch_size": batch_size, "depth": depth,
                "seconds": seconds, "train": result, "before": before, "after": after}
     save_eagle_head(head, out, vocab_map=vmap, meta={"target": target.name, "train": summary})
     return summary
@@ -102,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="output head directory")
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--init-from", default="eagle")
+    ap.add_argument("--map-size", type=int, default=0, help="a new vocab map of this many tokens (0 = the init's)")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--batch-size", type=int, default=4)
@@ -120,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         held_paths = answer_shards(Path(args.heldout))
         target = load_causal_lm(args.target)
         out = Path(args.out)
-        summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, steps=args.steps,
+        summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, map_size=args.map_size, steps=args.steps,
                              lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed)
         (out / "train-summary.json").write_text(json.dumps(summary, indent=2))
         return 0

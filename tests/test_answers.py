@@ -133,3 +133,15 @@ def test_the_answer_vocab_map_holds_the_most_written_answer_tokens() -> None:
     assert answer_vocab_map(data, 3, always=[0]).tolist() == [0, 7, 8]
     cov = map_coverage(data, torch.tensor([7, 9]), ["a", "b"])
     assert cov == {"a": 1.0, "b": 0.25, "all": 5 / 8}
+
+
+def test_the_command_names_a_bad_instruction_file(tmp_path, capsys) -> None:
+    from verispec.distill.answers import main
+
+    assert main(["--instructions", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "family": "chat", "text": "hi"}\n{"id": "b"}\n')
+    assert main(["--instructions", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.jsonl" in err and "bad.jsonl:2" in err
+    assert not (tmp_path / "o").exists()

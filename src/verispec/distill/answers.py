@@ -197,24 +197,27 @@ def read_answer_shard(path: Path) -> tuple[dict[str, torch.Tensor], list[str], l
 
 
 def batch_curve(target: CausalLM, jobs: Sequence[AnswerJob], batches: Sequence[int], *, max_new_tokens: int = 128,
-                chat: bool = True) -> list[dict]:
+                chat: bool = True, waves: int = 2) -> list[dict]:
     """Generated tokens per second of :func:`generate_answers`' loop for each ``max_batch`` in
-    ``batches``, over the same ``jobs`` (greedy; prefill included; nothing written)."""
+    ``batches`` (greedy; prefill included; nothing written), over the first
+    ``max(16, waves * max_batch)`` of ``jobs``: enough for rows to finish and be replaced, few
+    enough that batch 1 ends."""
     from ..engine import Request, SpeculativeDecoder
     from ..sampling import SamplingParams
 
     dec = SpeculativeDecoder(target, None)
-    prompts = [_encode(dec, j.text, 512, chat) for j in jobs]
+    prompts = [_encode(dec, j.text, 512, chat) for j in jobs[: max(16, waves * max(batches))]]
     rows = []
     for b in batches:
         state = dec.start()
+        n = min(len(prompts), max(16, waves * b))
         reqs = [Request(p, max_new_tokens, SamplingParams(temperature=0.0), request_id=i)
-                for i, p in enumerate(prompts)]
+                for i, p in enumerate(prompts[:n])]
         t0 = time.perf_counter()
         tokens = sum(len(o.completion.token_ids) for o in dec.run(reqs, max_batch=b, state=state)
                      if o.completion is not None)
         dt = time.perf_counter() - t0
-        rows.append({"max_batch": b, "answers": len(jobs), "tokens": tokens, "seconds": dt,
+        rows.append({"max_batch": b, "answers": n, "tokens": tokens, "seconds": dt,
                      "tokens_per_second": tokens / dt, "prefill_seconds": state.stats.time_prefill})
     return rows
 
@@ -262,18 +265,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             (out / "curve.json").write_text(json.dumps({"cpu": cpu_name(), "torch_threads": torch.get_num_threads(),
                                                         "rows": rows}, indent=2))
             return 0
-        last = [0.0]
+        from .progress import progress_bar
 
-        def report(run: AnswerRun) -> None:
-            if run.seconds - last[0] >= 30:
-                last[0] = run.seconds
-                console.print(f"{run.answers} answers, {run.tokens} tokens, {run.written} shards, "
-                              f"{run.tokens_per_second:.1f} tok/s")
+        with progress_bar(True) as bar:
+            task = bar.add_task("answers", total=len(jobs))
 
-        run = generate_answers(target, jobs, out, max_new_tokens=args.max_new_tokens, max_batch=args.max_batch,
-                               shard_size=args.shard_size, seed=args.seed, sample_frac=args.sample_frac,
-                               temperature=args.temperature, features=args.features,
-                               time_budget_s=args.time_budget, on_progress=report)
+            def report(run: AnswerRun) -> None:
+                bar.update(task, completed=run.answers + run.skipped * args.shard_size,
+                           description=f"answers: {run.tokens} tokens, {run.written} shards, "
+                                       f"{run.tokens_per_second:.0f} tok/s")
+
+            run = generate_answers(target, jobs, out, max_new_tokens=args.max_new_tokens, max_batch=args.max_batch,
+                                   shard_size=args.shard_size, seed=args.seed, sample_frac=args.sample_frac,
+                                   temperature=args.temperature, features=args.features,
+                                   time_budget_s=args.time_budget, on_progress=report)
         console.print(f"done: {run.written} shards written, {run.skipped} already there; {run.answers} answers, "
                       f"{run.tokens} tokens in {run.seconds:.0f} s = {run.tokens_per_second:.1f} tok/s")
         return 0

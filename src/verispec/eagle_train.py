@@ -145,19 +145,23 @@ def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: to
     W = out_full[vocab_map]
     for i in range(0, len(held), batch):
         b = held.subset(torch.arange(i, min(i + batch, len(held))))
-        f = b.features.float()
-        ids = b.input_ids.long()
+        w_all = _position_weight(b, answers_only)
+        end = _last_scored(w_all, None)
+        f, ids, w_all = b.features[:, :end].float(), b.input_ids[:, :end].long(), w_all[:, :end]
         outs = unrolled_predictions(head, embed, f, ids, depth)
-        want = (f @ out_full.T).argmax(-1)  # [B, T] target's greedy token after position i
+        pos = (w_all > 0).nonzero(as_tuple=True)  # only scored positions go through the heads
+        want = (f[pos] @ out_full.T).argmax(-1)  # [N] the target's greedy token after each position
         for s, f_hat in enumerate(outs, 1):
-            got = vocab_map[(f_hat @ W.T).argmax(-1)]
-            w = _position_weight(b, answers_only).clone()
+            g = f_hat[pos]  # [N, H]
+            got = vocab_map[(g @ W.T).argmax(-1)]
+            w = w_all.clone()
             w[:, :s] = 0  # positions without s earlier real features
+            w = w[pos]
             hits[s - 1] += float(((got == want).float() * w).sum())
             count[s - 1] += float(w.sum())
             if s == 1:
-                lp_t = torch.log_softmax(f @ W.T, -1)
-                lp_s = torch.log_softmax(f_hat @ W.T, -1)
+                lp_t = torch.log_softmax(f[pos] @ W.T, -1)
+                lp_s = torch.log_softmax(g @ W.T, -1)
                 kl = (lp_t.exp() * (lp_t - lp_s)).sum(-1)
                 kl_sum += float((kl * w).sum())
                 kl_n += float(w.sum())

@@ -384,3 +384,20 @@ def test_the_loss_over_scored_positions_and_a_cropped_batch_is_the_loss_over_all
         torch.testing.assert_close(fast, full, atol=1e-10, rtol=1e-10)
     assert not torch.allclose(_loss_over_all_positions(unrolled_predictions(files.head, dm.embed, f, ids, 3), f,
                                                        _position_weight(b, False), W, 0.1), fast)
+
+
+@pytest.mark.parametrize("start", [0, 2, 6])
+def test_later_steps_from_a_start_position_are_exact_after_it(tiny_target, start) -> None:
+    """Steps >= 2 run only from ``start`` (a prompt before it is context): positions from
+    start + depth on get exactly the full computation's features; earlier ones may not."""
+    _, dm = _draft_model(tiny_target)
+    ids = torch.randint(4, 64, (2, 12), generator=torch.Generator().manual_seed(start))
+    with torch.no_grad():
+        f = target_features(tiny_target.model, ids)
+        full = unrolled_predictions(dm.head, dm.embed, f, ids, depth=3)
+        part = unrolled_predictions(dm.head, dm.embed, f, ids, depth=3, start=start)
+    for s in range(3):
+        torch.testing.assert_close(part[s][:, start + 3 :], full[s][:, start + 3 :], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(part[0], full[0], atol=1e-10, rtol=1e-10)  # step 1 always runs everywhere
+    if start:
+        assert not torch.allclose(part[1][:, :start], full[1][:, :start])  # (the comparison can fail)

@@ -91,30 +91,39 @@ class FeatureSet:
         return FeatureSet(self.input_ids[idx], self.features[idx], self.weight[idx], self.generated[idx])
 
 
-def ttt_mask(T: int, step: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Additive attention mask ``[1, 1, T, step*T]`` for unrolled draft step ``step`` (1-based).
+def ttt_mask(T: int, step: int, dtype: torch.dtype = torch.float32, start: int = 0) -> torch.Tensor:
+    """Additive attention mask for unrolled draft step ``step`` (1-based): ``[1, 1, T, T]`` for
+    step 1, ``[1, 1, W, T + (step-1)*W]`` for later steps, which run only at positions
+    ``start..T-1`` (W = T - start of them).
 
-    Cache columns are ``step`` blocks of T: block 1 holds the real pairs, block m the pairs of
-    step m. The step-s pair at position i sees real pairs j <= i-s+1, the step-m pair at
-    position i-s+m for 2 <= m < s, and itself. Step 1 is the plain causal mask.
+    Cache columns are blocks: block 1 holds the real pairs (all T positions), block m the pairs
+    of step m (positions start..T-1). The step-s pair at position i sees real pairs j <= i-s+1,
+    the step-m pair at position i-s+m for 2 <= m < s, and itself. Step 1 is the plain causal mask.
     """
-    i = torch.arange(T)[:, None]
+    if step == 1:
+        start = 0
+    i = torch.arange(start, T)[:, None]
     j = torch.arange(T)[None, :]
+    jw = torch.arange(start, T)[None, :]
     blocks = [j <= i - step + 1]
-    blocks += [j == i - step + m for m in range(2, step)]
+    blocks += [jw == i - step + m for m in range(2, step)]
     if step > 1:
-        blocks.append(j == i)
-    allowed = torch.cat(blocks, dim=1)  # [T, step*T]
-    allowed[:, -T:] |= torch.eye(T, dtype=torch.bool)  # a query always sees itself (no empty rows)
+        blocks.append(jw == i)
+    allowed = torch.cat(blocks, dim=1)  # [W, T + (step-1)*W]
+    W = T - start
+    allowed[:, -W:] |= torch.eye(W, dtype=torch.bool)  # a query always sees itself (no empty rows)
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]
 
 
 def unrolled_predictions(head: EagleHead, embed, feats: torch.Tensor, ids: torch.Tensor, depth: int,
-                         noise: float = 0.0, generator: torch.Generator | None = None) -> list[torch.Tensor]:
+                         noise: float = 0.0, generator: torch.Generator | None = None,
+                         start: int = 0) -> list[torch.Tensor]:
     """Predicted features ``[B, T, H]`` of draft steps 1..depth for every position (see module doc).
 
-    Step s's output at position i predicts ``f_i`` from real features up to ``f_{i-s}``.
+    Step s's output at position i predicts ``f_i`` from real features up to ``f_{i-s}``. Steps
+    after the first run only from position ``start`` on (zeros before it), which is exact at
+    positions >= ``start + depth`` and saves their cost over a prompt that is only context.
     """
     B, T, H = feats.shape
     e = embed(ids)  # [B, T, H]
@@ -125,8 +134,11 @@ def unrolled_predictions(head: EagleHead, embed, feats: torch.Tensor, ids: torch
     pos = torch.arange(T)[None].expand(B, T)
     outs = []
     for s in range(1, depth + 1):
-        f_hat = head(e, prev, attention_mask=ttt_mask(T, s, feats.dtype), position_ids=pos, cache=cache,
-                     use_cache=True)
+        a = 0 if s == 1 else start
+        f_hat = head(e[:, a:], prev[:, a:], attention_mask=ttt_mask(T, s, feats.dtype, a), position_ids=pos[:, a:],
+                     cache=cache, use_cache=True)
+        if a:
+            f_hat = torch.cat([f_hat.new_zeros(B, a, H), f_hat], dim=1)
         outs.append(f_hat)
         prev = torch.cat([f_hat.new_zeros(B, 1, H), f_hat[:, :-1]], dim=1)  # own prediction, one later
     return outs
@@ -148,7 +160,7 @@ def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: to
         w_all = _position_weight(b, answers_only)
         end = _last_scored(w_all, None)
         f, ids, w_all = b.features[:, :end].float(), b.input_ids[:, :end].long(), w_all[:, :end]
-        outs = unrolled_predictions(head, embed, f, ids, depth)
+        outs = unrolled_predictions(head, embed, f, ids, depth, start=_first_scored(w_all, depth))
         pos = (w_all > 0).nonzero(as_tuple=True)  # only scored positions go through the heads
         want = (f[pos] @ out_full.T).argmax(-1)  # [N] the target's greedy token after each position
         for s, f_hat in enumerate(outs, 1):
@@ -182,6 +194,13 @@ def _last_scored(w: torch.Tensor, seq_len: int | None) -> int:
     scored = w.any(0).nonzero()
     end = int(scored.max()) + 1 if len(scored) else 1
     return min(end, seq_len) if seq_len is not None else end
+
+
+def _first_scored(w: torch.Tensor, depth: int) -> int:
+    """Where the later unrolled steps must start so that every scored position (weight > 0 in
+    ``w [B, T]``) is exact: ``depth`` before the first one."""
+    scored = w.any(0).nonzero()
+    return max(0, int(scored.min()) - depth) if len(scored) else 0
 
 
 def unrolled_loss(outs: Sequence[torch.Tensor], f: torch.Tensor, w: torch.Tensor, W: torch.Tensor,
@@ -260,7 +279,7 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
         for group in opt.param_groups:
             group["lr"] = cosine_lr(step, steps, lr, floor=0.05)
         noise_gen = torch.Generator().manual_seed(seed * 1_000_003 + 7_919 * step + 1)  # per step: resumable
-        outs = unrolled_predictions(head, embed, f, ids, depth, noise, noise_gen)
+        outs = unrolled_predictions(head, embed, f, ids, depth, noise, noise_gen, start=_first_scored(w, depth))
         loss, info = unrolled_loss(outs, f, w, W, reg_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()

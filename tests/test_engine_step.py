@@ -81,6 +81,38 @@ def test_requests_join_a_running_batch(tiny_target, tiny_draft, kind):
     assert done == want
 
 
+@pytest.mark.parametrize("kind", ["none", "model", "hybrid"])
+@pytest.mark.parametrize("max_batch", [1, 2, 3])
+def test_continuous_batching_gives_each_request_what_it_gets_alone(tiny_target, tiny_draft, kind, max_batch):
+    """run(max_batch=): rows finish at different steps, the last rows move into their places
+    and waiting requests join the running cache; every request still gets its own tokens."""
+    dec = SpeculativeDecoder(tiny_target, drafters(tiny_target, tiny_draft)[kind], k=3)
+    reqs = [Request(r.prompt, 4 + 3 * i, r.sampling, method=r.method, k=r.k, request_id=r.request_id)
+            for i, r in enumerate(MIXED)]  # different lengths: rows leave at different steps
+    state = dec.start()
+    done, most = {}, 0
+    for o in dec.run(reqs, max_batch=max_batch, state=state):
+        most = max(most, len(state))
+        if o.finished:
+            done[o.request_id] = o.completion.token_ids
+    assert done == alone(dec, reqs)
+    assert most <= max_batch
+
+
+def test_generate_with_max_batch_equals_all_at_once(tiny_target, tiny_draft):
+    dec = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_draft), k=3)
+    prompts = ["hello world", "abc abc", "the cat", "zz", "x y z", "q"]
+    sp = SamplingParams(temperature=0.8, seed=11)
+    want = dec.generate(prompts, 10, sp).token_ids
+    assert dec.generate(prompts, 10, sp, max_batch=2).token_ids == want
+    stream = dec.generate(prompts, 10, sp, max_batch=4, stream=True)
+    list(stream)
+    assert stream.result.token_ids == want
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_batch"):
+            dec.generate(prompts, 10, sp, max_batch=bad)
+
+
 def test_cancel_drops_a_request_and_leaves_the_others_alone(tiny_target, tiny_draft):
     dec = SpeculativeDecoder(tiny_target, HybridDrafter(ModelDrafter(tiny_draft)), k=3)
     want = alone(dec, MIXED)

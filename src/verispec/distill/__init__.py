@@ -37,6 +37,12 @@ for ``*.py *.txt *.md *.rst *.json *.c *.h *.js *.ts *.java *.go *.rs *.html``).
 bigger corpus is just more local files, e.g. ``git clone`` a few repositories or save a dataset
 split as text files, and pass the folders with ``--corpus``.
 
+A head that knows general text (docs/design.md section 11) comes from three more modules, each
+with its own ``python -m`` entry: :mod:`.instructions` (offline user instructions over eight task
+families, held out by source), :mod:`.answers` (the target's answers by continuous batching, as
+resumable shards, with its hidden states recorded while it generates: :mod:`.record`) and
+:mod:`.head` (an EAGLE head trained on those shards, agreement per family).
+
 The whole run is :func:`distill` (:mod:`.pipeline`); the command's options and output are in
 :mod:`.command`, and ``python -m verispec.distill`` is the same as ``verispec distill``.
 """

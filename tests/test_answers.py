@@ -131,6 +131,8 @@ def test_the_answer_vocab_map_holds_the_most_written_answer_tokens() -> None:
     # answer tokens: 7, 7, 7, 9 and 8, 8, 9, 5 -> counts 7:3, 8:2, 9:2, 5:1; prompt tokens never count
     assert answer_vocab_map(data, 2).tolist() == [7, 8]
     assert answer_vocab_map(data, 3, always=[0]).tolist() == [0, 7, 8]
+    assert answer_vocab_map(data, 3, always=[7, 0]).tolist() == [0, 7, 8]  # a kept id is not counted twice
+    assert answer_vocab_map(data, 9).tolist() == [5, 7, 8, 9]  # never a token the answers did not use
     cov = map_coverage(data, torch.tensor([7, 9]), ["a", "b"])
     assert cov == {"a": 1.0, "b": 0.25, "all": 5 / 8}
 

@@ -25,14 +25,19 @@ if TYPE_CHECKING:
 __all__ = ["answer_vocab_map", "family_agreement", "load_answers", "main", "map_coverage", "train_head"]
 
 
-def answer_vocab_map(data: FeatureSet, size: int, always: Sequence[int] = ()) -> torch.Tensor:
-    """The ``size`` tokens the target wrote most often in the answers of ``data`` (its own
-    choices, so mostly its argmax), plus ``always`` (e.g. EOS): ``[N]`` int64, sorted."""
+def answer_vocab_map(data: FeatureSet, size: int, always: Sequence[int] | torch.Tensor = ()) -> torch.Tensor:
+    """``always`` (e.g. EOS, or a map to extend) plus the tokens the target wrote most often in
+    the answers of ``data`` (its own choices, so mostly its argmax), ``size`` ids in all (or
+    fewer if the answers use fewer): ``[N]`` int64, sorted."""
     nxt = data.input_ids[:, 1:].long()
     scored = (data.weight[:, :-1].bool() & data.generated[:, :-1].bool())
-    counts = torch.bincount(nxt[scored], minlength=int(nxt.max()) + 1)
-    top = counts.argsort(descending=True, stable=True)[: max(0, size - len(always))]
-    return torch.unique(torch.cat([top, torch.tensor(list(always), dtype=torch.int64)]))
+    keep = torch.as_tensor(always, dtype=torch.int64)
+    counts = torch.bincount(nxt[scored], minlength=int(max(nxt.max(), keep.max() if len(keep) else 0)) + 1)
+    taken = torch.zeros(len(counts), dtype=torch.bool)
+    taken[keep] = True
+    order = counts.argsort(descending=True, stable=True)
+    order = order[~taken[order] & (counts[order] > 0)]
+    return torch.unique(torch.cat([keep, order[: max(0, size - int(taken.sum()))]]))
 
 
 def map_coverage(data: FeatureSet, vocab_map: torch.Tensor, families: Sequence[str]) -> dict[str, float]:
@@ -86,8 +91,9 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
                noise: float = 0.05, seed: int = 0, held_eval: int = 64, log: Callable[[str], None] = print) -> dict:
     """Train, export to ``out`` and return a summary: data sizes, the training result, and the
     per-family held-out agreement of the initial and of the trained head. ``map_size`` > 0:
-    a new vocab map of the tokens the answers use most (:func:`answer_vocab_map`) instead of
-    the initial head's; the head's weights do not depend on the map."""
+    the initial head's vocab map grown to ``map_size`` ids with the tokens the answers use most
+    (:func:`answer_vocab_map`); the head's weights do not depend on the map, only its output
+    rows do."""
     from ..eagle import save_eagle_head
     from ..eagle_train import train_eagle
     from .eagle_head import init_head
@@ -100,8 +106,8 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     before_cov = map_coverage(held, init.vocab_map, held_fam)
     vmap = init.vocab_map
     if map_size:
-        eos = target.eos_token_ids
-        vmap = answer_vocab_map(train, map_size, always=sorted(eos) if eos else ())
+        always = torch.cat([init.vocab_map, torch.tensor(sorted(target.eos_token_ids), dtype=torch.int64)])
+        vmap = answer_vocab_map(train, map_size, always=always)
     coverage = map_coverage(held, vmap, held_fam)
     log(f"held-out answer tokens in the map: {before_cov['all']:.3f} (initial) -> {coverage['all']:.3f}")
     answer_tokens = int((train.weight.bool() & train.generated.bool()).sum())
@@ -135,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="output head directory")
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--init-from", default="eagle")
-    ap.add_argument("--map-size", type=int, default=0, help="a new vocab map of this many tokens (0 = the init's)")
+    ap.add_argument("--map-size", type=int, default=0,
+                    help="grow the init's vocab map to this many ids with the answers' most used tokens (0 = keep it)")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--batch-size", type=int, default=4)

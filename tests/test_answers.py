@@ -3,6 +3,7 @@ instruction, and a re-run resumes instead of starting over."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from verispec.distill.answers import AnswerJob, answer_shards, generate_answers, read_answer_shard, shard_path
@@ -68,8 +69,6 @@ def test_a_time_budget_leaves_no_partial_shard(tiny_target, tmp_path) -> None:
 
 
 def test_bad_arguments_are_named(tiny_target, tmp_path) -> None:
-    import pytest
-
     with pytest.raises(ValueError, match="max_batch"):
         _run(tiny_target, tmp_path, max_batch=0)
     with pytest.raises(ValueError, match="unique"):
@@ -147,3 +146,13 @@ def test_the_command_names_a_bad_instruction_file(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert "missing.jsonl" in err and "bad.jsonl:2" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_verispec_distill_runs_the_data_tools(tmp_path, capsys) -> None:
+    from verispec.cli import main
+
+    assert main(["distill", "answers", "--instructions", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)]) == 2
+    assert "verispec distill answers: error" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["distill", "head", "--help"])
+    assert "verispec distill head" in capsys.readouterr().out

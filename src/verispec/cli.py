@@ -14,8 +14,19 @@ from .exits import run_command
 __all__ = ["main"]
 
 
+# ``verispec distill TOOL ...``: the data tools of a general draft head, each its own command line.
+DISTILL_TOOLS = {"instructions": "verispec.distill.instructions.__main__", "answers": "verispec.distill.answers",
+                 "head": "verispec.distill.head"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``verispec`` console script; returns the process exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if len(args_list) >= 2 and args_list[0] == "distill" and args_list[1] in DISTILL_TOOLS:
+        import importlib
+
+        tool = importlib.import_module(DISTILL_TOOLS[args_list[1]])
+        return tool.main(args_list[2:], prog=f"verispec distill {args_list[1]}")
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -59,7 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     add_bench_arguments(b)
     b.set_defaults(func=_cmd_bench)
 
-    d = sub.add_parser("distill", help="train a small draft model to imitate a target")
+    d = sub.add_parser("distill", help="train a small draft model to imitate a target",
+                       epilog="data tools for a head that knows general text (each has --help): "
+                              "verispec distill instructions | answers | head")
     add_distill_arguments(d)
     d.set_defaults(func=_cmd_distill)
 

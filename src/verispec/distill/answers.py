@@ -222,14 +222,14 @@ def batch_curve(target: CausalLM, jobs: Sequence[AnswerJob], batches: Sequence[i
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.distill.answers") -> int:
     """``python -m verispec.distill.answers``: answer an instruction file (JSONL with ``id``,
     ``family``, ``text``; optionally ``split``) into shards, or measure the batch-size curve."""
     import argparse
 
     from ..exits import run_command
 
-    ap = argparse.ArgumentParser(prog="python -m verispec.distill.answers", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog=prog, description=main.__doc__)
     ap.add_argument("--instructions", required=True, help="JSONL file of instructions")
     ap.add_argument("--out", required=True, help="output folder for the shards")
     ap.add_argument("--target", default="smollm2-135m")

@@ -129,13 +129,13 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     return summary
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.distill.head") -> int:
     """Command line: ``--train DIR... --heldout DIR --out DIR [--init-from eagle] [--steps N]``."""
     import argparse
 
     from ..exits import run_command
 
-    ap = argparse.ArgumentParser(prog="python -m verispec.distill.head", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--train", nargs="+", required=True, help="folders of answer shards (with features)")
     ap.add_argument("--heldout", required=True, help="folder of held-out answer shards (with features)")
     ap.add_argument("--out", required=True, help="output head directory")

@@ -29,9 +29,9 @@ def _seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.distill.instructions") -> int:
     """Parse arguments, build, write, report; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m verispec.distill.instructions",
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Build the offline instruction corpus for self-distillation.")
     parser.add_argument("--n", type=_positive, default=12000, help="number of instructions (default 12000)")
     parser.add_argument("--seed", type=_seed, default=0, help="RNG seed (default 0)")

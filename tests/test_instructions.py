@@ -25,7 +25,7 @@ from verispec.distill.instructions import (
 )
 from verispec.distill.instructions.__main__ import main
 from verispec.distill.instructions.build import _Dedup
-from verispec.distill.instructions.families import Draft, add_typos
+from verispec.distill.instructions.families import Candidate, add_typos
 from verispec.distill.instructions.mathgen import MATH_TEMPLATES, math_problem, numbers_in
 from verispec.distill.instructions.roff import render_roff
 from verispec.workloads import load_workload
@@ -95,7 +95,7 @@ def test_a_planted_bench_prompt_is_dropped(monkeypatch):
     chat = FAMILIES["chat"]
 
     def leaky(src, rng, n):
-        return [Draft("leak:bench", p.text) for p in prompts] + chat(src, rng, n)
+        return [Candidate("leak:bench", p.text) for p in prompts] + chat(src, rng, n)
 
     monkeypatch.setitem(FAMILIES, "chat", leaky)
     stats: dict = {}
@@ -146,11 +146,11 @@ def test_math_answers_are_not_in_the_prompt(built):
 def test_dedup_exact_and_near():
     d = _Dedup()
     base = "Summarise this text. " + " ".join(f"word{i}" for i in range(60))
-    assert d.check("qa", Draft("man:a.1", base)) == ""
-    assert d.check("qa", Draft("man:b.1", "  " + base.upper())) == "exact"
-    assert d.check("qa", Draft("man:a.1", base + " one more")) == "near"
-    assert d.check("qa", Draft("man:b.1", base + " one more")) == ""  # another source: kept
-    assert d.check("chat", Draft("man:a.1", base + " two more")) == ""  # another family: kept
+    assert d.check("qa", Candidate("man:a.1", base)) == ""
+    assert d.check("qa", Candidate("man:b.1", "  " + base.upper())) == "exact"
+    assert d.check("qa", Candidate("man:a.1", base + " one more")) == "near"
+    assert d.check("qa", Candidate("man:b.1", base + " one more")) == ""  # another source: kept
+    assert d.check("chat", Candidate("man:a.1", base + " two more")) == ""  # another family: kept
 
 
 def test_add_typos_changes_text():

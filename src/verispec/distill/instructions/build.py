@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .families import FAMILIES, Draft
+from .families import FAMILIES, Candidate
 from .sources import Sources, load_sources, stable_fraction
 
 __all__ = ["HELDOUT_FRAC", "MAX_CHARS", "MIN_HELDOUT", "WEIGHTS", "Instruction", "bench_shingles",
@@ -104,7 +104,7 @@ class _Dedup:
         self.near: dict[tuple[str, str, str], list[frozenset[str]]] = defaultdict(list)
         self.jaccard = jaccard
 
-    def check(self, family: str, d: Draft) -> str:
+    def check(self, family: str, d: Candidate) -> str:
         """"" if new (and remembered), else "exact" or "near"."""
         norm = normalise(d.text)
         if norm in self.exact:
@@ -140,7 +140,7 @@ def build_instructions(n: int, seed: int = 0, *, sources: Sources | None = None,
     bench = bench_shingles()
     dedup = _Dedup()
     drops: Counter[tuple[str, str]] = Counter()
-    kept: dict[str, list[Draft]] = {}
+    kept: dict[str, list[Candidate]] = {}
     for family in FAMILIES:
         rng = random.Random(f"verispec-instructions:{seed}:{family}")
         want = math.ceil(quotas[family] * (1.6 if family in ELASTIC else 1.25)) + 20
@@ -156,11 +156,11 @@ def build_instructions(n: int, seed: int = 0, *, sources: Sources | None = None,
             if not clean:
                 drops[(family, "bench overlap")] += 1
                 continue
-            why = dedup.check(family, Draft(c.source, text))
+            why = dedup.check(family, Candidate(c.source, text))
             if why:
                 drops[(family, f"{why} duplicate")] += 1
                 continue
-            out.append(Draft(c.source, text))
+            out.append(Candidate(c.source, text))
         kept[family] = out
     # quotas, with shortfalls passed on to the elastic families
     take = {f: min(quotas[f], len(kept[f])) for f in FAMILIES}
@@ -185,7 +185,7 @@ def build_instructions(n: int, seed: int = 0, *, sources: Sources | None = None,
     return result
 
 
-def _heldout_sources(chosen: Sequence[tuple[str, Draft]], take: dict[str, int]) -> set[str]:
+def _heldout_sources(chosen: Sequence[tuple[str, Candidate]], take: dict[str, int]) -> set[str]:
     """Held-out source ids: the base split, then more sources (hash order) for families below
     their minimum."""
     held = {d.source for _, d in chosen if split_of(d.source) == "heldout"}

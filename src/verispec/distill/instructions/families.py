@@ -1,5 +1,5 @@
 """The per-family instruction builders: each is a pure function of (sources, rng, n) that returns
-``n`` candidate :class:`Draft` s (text + source id) of one task family.
+``n`` candidate :class:`Candidate` s (text + source id) of one task family.
 
 The families are those of the benchmark workloads (:data:`verispec.workloads.BUILTIN_WORKLOADS`):
 ``chat``, ``qa``, ``summarization``, ``translation``, ``math``, ``rag``, ``code`` and ``grounded``.
@@ -20,10 +20,10 @@ from . import topics as T
 from .mathgen import math_problem
 from .sources import Passage, Sources, sentences
 
-__all__ = ["FAMILIES", "Draft", "add_typos", "everyday_text", "questions_about"]
+__all__ = ["FAMILIES", "Candidate", "add_typos", "everyday_text", "questions_about"]
 
 
-class Draft(NamedTuple):
+class Candidate(NamedTuple):
     """A candidate instruction: its text and the id of the source it came from."""
 
     source: str
@@ -62,55 +62,55 @@ _NEWS = ("the opening of a new neighbourhood bakery", "our team's move to a new 
          "the launch of a recycling scheme at work", "a new weekend opening time for the library")
 
 
-def _chat_one(src: Sources, rng: random.Random) -> Draft:
+def _chat_one(src: Sources, rng: random.Random) -> Candidate:
     kind = rng.choices(("activity", "concept", "compare", "advice", "list", "debate", "email", "story", "poem",
                         "writing", "tech", "summary-tech"),
                        weights=(16, 18, 7, 7, 6, 4, 8, 5, 4, 5, 16, 4))[0]
     suffix = rng.choice(T.STYLE_SUFFIXES)
     if kind == "activity":
         a = rng.choice(T.ACTIVITIES)
-        return Draft(f"topic:{_slug(a)}", rng.choice(T.ACTIVITY_TEMPLATES).format(a=a) + suffix)
+        return Candidate(f"topic:{_slug(a)}", rng.choice(T.ACTIVITY_TEMPLATES).format(a=a) + suffix)
     if kind == "concept":
         c = rng.choice(T.CONCEPTS)
         if rng.random() < 0.15:
             text = f"Explain {c} to {rng.choice(T.AUDIENCES)}."
         else:
             text = rng.choice(T.CONCEPT_TEMPLATES).format(c=c)
-        return Draft(f"topic:{_slug(c)}", _cap(text) + suffix)
+        return Candidate(f"topic:{_slug(c)}", _cap(text) + suffix)
     if kind == "compare":
         x, y = rng.choice(T.PAIRS)
         if rng.random() < 0.5:
             x, y = y, x
-        return Draft(f"topic:{_slug(min(x, y))}-vs-{_slug(max(x, y))}",
+        return Candidate(f"topic:{_slug(min(x, y))}-vs-{_slug(max(x, y))}",
                      rng.choice(T.COMPARE_TEMPLATES).format(x=x, y=y, X=_cap(x)) + suffix)
     if kind == "advice":
         s = rng.choice(T.SITUATIONS)
-        return Draft(f"situation:{_slug(s)[:60]}", rng.choice(T.ADVICE_TEMPLATES).format(s=s, S=_cap(s)))
+        return Candidate(f"situation:{_slug(s)[:60]}", rng.choice(T.ADVICE_TEMPLATES).format(s=s, S=_cap(s)))
     if kind == "list":
         t = rng.choice(T.LIST_TOPICS)
         n = rng.choice(("three", "five", "seven", "ten", "5", "8"))
-        return Draft(f"list:{_slug(t)}", rng.choice(T.LIST_TEMPLATES).format(n=n, t=t))
+        return Candidate(f"list:{_slug(t)}", rng.choice(T.LIST_TEMPLATES).format(n=n, t=t))
     if kind == "debate":
         d = rng.choice(T.DEBATES)
-        return Draft(f"debate:{_slug(d)}", rng.choice(T.DEBATE_TEMPLATES).format(d=d))
+        return Candidate(f"debate:{_slug(d)}", rng.choice(T.DEBATE_TEMPLATES).format(d=d))
     if kind == "email":
         p = rng.choice(T.EMAIL_PURPOSES)
-        return Draft(f"email:{_slug(p)}", rng.choice(T.EMAIL_TEMPLATES).format(r=rng.choice(T.RECIPIENTS), p=p))
+        return Candidate(f"email:{_slug(p)}", rng.choice(T.EMAIL_TEMPLATES).format(r=rng.choice(T.RECIPIENTS), p=p))
     if kind == "story":
         who = rng.choice(T.STORY_CHARACTERS)
-        return Draft(f"story:{_slug(who)}",
+        return Candidate(f"story:{_slug(who)}",
                      rng.choice(T.STORY_TEMPLATES).format(who=who, where=rng.choice(T.STORY_SETTINGS)))
     if kind == "poem":
         subject, form = rng.choice(T.POEM_SUBJECTS), rng.choice(T.POEM_FORMS)
         text = rng.choice(("Write {f} about {s}.", "Compose {f} about {s}.",
                            "Could you write {f} about {s} for a greeting card?",
                            "I need {f} about {s}. Make it vivid but simple."))
-        return Draft(f"poem:{_slug(subject)}", text.format(f=form, s=subject))
+        return Candidate(f"poem:{_slug(subject)}", text.format(f=form, s=subject))
     if kind == "writing":
         task = rng.choice(T.WRITING_TASKS)
         product, occasion, news = rng.choice(T.PRODUCTS), rng.choice(_OCCASIONS), rng.choice(_NEWS)
         key = product if "{product}" in task else occasion if "{occasion}" in task else news
-        return Draft(f"writing:{_slug(key)}", task.format(product=product, occasion=occasion, news=news) + suffix)
+        return Candidate(f"writing:{_slug(key)}", task.format(product=product, occasion=occasion, news=news) + suffix)
     concepts = [c for c in src.concepts if c.kind in T.TECH_TEMPLATES]
     if not concepts:
         return _chat_one_everyday(rng)
@@ -121,16 +121,16 @@ def _chat_one(src: Sources, rng: random.Random) -> Draft:
             'My notes say that {n} is a {k} to "{s}". Can you explain this in more detail?',
             'What is {n}? All I know is the one-line description "{s}".',
         )).format(n=c.name, k=c.kind, s=c.summary)
-        return Draft(c.source, text)
-    return Draft(c.source, rng.choice(T.TECH_TEMPLATES[c.kind]).format(name=c.name) + suffix)
+        return Candidate(c.source, text)
+    return Candidate(c.source, rng.choice(T.TECH_TEMPLATES[c.kind]).format(name=c.name) + suffix)
 
 
-def _chat_one_everyday(rng: random.Random) -> Draft:
+def _chat_one_everyday(rng: random.Random) -> Candidate:
     a = rng.choice(T.ACTIVITIES)
-    return Draft(f"topic:{_slug(a)}", rng.choice(T.ACTIVITY_TEMPLATES).format(a=a))
+    return Candidate(f"topic:{_slug(a)}", rng.choice(T.ACTIVITY_TEMPLATES).format(a=a))
 
 
-def chat(src: Sources, rng: random.Random, n: int) -> list[Draft]:
+def chat(src: Sources, rng: random.Random, n: int) -> list[Candidate]:
     """Open instructions: advice, explanations, comparisons, writing, opinions, lists, and
     questions about the commands, functions and modules the sources name."""
     return [_chat_one(src, rng) for _ in range(n)]
@@ -237,12 +237,12 @@ def _cycle(pool: Sequence, rng: random.Random, n: int) -> list:
     return out[:n]
 
 
-def qa(src: Sources, rng: random.Random, n: int) -> list[Draft]:
+def qa(src: Sources, rng: random.Random, n: int) -> list[Candidate]:
     """One question about a passage of 80-200 words given in the prompt."""
     out = []
     for p in _cycle(src.passages(80, 200), rng, n):
         text = rng.choice(_QA).format(doc=_doc_name(p), p=p.text, q=_pick_question(p, rng))
-        out.append(Draft(p.source, text))
+        out.append(Candidate(p.source, text))
     return out
 
 
@@ -264,12 +264,12 @@ _SUMMARY = (
 )
 
 
-def summarization(src: Sources, rng: random.Random, n: int) -> list[Draft]:
+def summarization(src: Sources, rng: random.Random, n: int) -> list[Candidate]:
     """Summaries of a given text of 110-250 words: 2-3 sentences, bullets, one sentence, for a child."""
     out = []
     for p in _cycle(src.passages(110, 250), rng, n):
         title = p.title.removesuffix(" (Python)")
-        out.append(Draft(p.source, rng.choice(_SUMMARY).format(doc=_doc_name(p), p=p.text, title=title)))
+        out.append(Candidate(p.source, rng.choice(_SUMMARY).format(doc=_doc_name(p), p=p.text, title=title)))
     return out
 
 
@@ -342,7 +342,7 @@ def everyday_text(rng: random.Random) -> tuple[str, str]:
     return f"everyday:s{idx[0]:02d}", " ".join(_EVERYDAY[i].format(**slots) for i in idx)
 
 
-def translation(src: Sources, rng: random.Random, n: int) -> list[Draft]:
+def translation(src: Sources, rng: random.Random, n: int) -> list[Candidate]:
     """Short texts to translate between English and French / Spanish / German, both ways."""
     foreign = {lang: src.passages(12, 90, lang) for lang in _LANG}
     foreign_pool = [p for lang in sorted(foreign) for p in foreign[lang]]
@@ -353,25 +353,25 @@ def translation(src: Sources, rng: random.Random, n: int) -> list[Draft]:
         r = rng.random()
         if r < 0.42 and fq:
             p = fq[i]
-            out.append(Draft(p.source, rng.choice(_TO_EN).format(L=_LANG[p.lang], p=p.text)))
+            out.append(Candidate(p.source, rng.choice(_TO_EN).format(L=_LANG[p.lang], p=p.text)))
         elif r < 0.75 and eq:
             p = eq[i]
-            out.append(Draft(p.source, rng.choice(_FROM_EN).format(L=rng.choice(list(_LANG.values())), p=p.text)))
+            out.append(Candidate(p.source, rng.choice(_FROM_EN).format(L=rng.choice(list(_LANG.values())), p=p.text)))
         else:
             source, text = everyday_text(rng)
-            out.append(Draft(source, rng.choice(_FROM_EN).format(L=rng.choice(list(_LANG.values())), p=text)))
+            out.append(Candidate(source, rng.choice(_FROM_EN).format(L=rng.choice(list(_LANG.values())), p=text)))
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # math
 
-def math(src: Sources, rng: random.Random, n: int) -> list[Draft]:
+def math(src: Sources, rng: random.Random, n: int) -> list[Candidate]:
     """Arithmetic and word problems to solve step by step (:mod:`.mathgen`; no answers)."""
     out = []
     for _ in range(n):
         p = math_problem(rng)
-        out.append(Draft(f"math:{p.template}", p.text))
+        out.append(Candidate(f"math:{p.template}", p.text))
     return out
 
 
@@ -395,7 +395,7 @@ _RAG = (
 _RAG_CHARS = 1500  # the documents' total length, so that a prompt stays within the corpus's length cap
 
 
-def rag(src: Sources, rng: random.Random, n: int) -> list[Draft]:
+def rag(src: Sources, rng: random.Random, n: int) -> list[Candidate]:
     """A question answered from 2-4 numbered documents, all from one source, with citations."""
     by_source: dict[str, list[Passage]] = defaultdict(list)
     for p in src.passages(25, 90):
@@ -414,7 +414,7 @@ def rag(src: Sources, rng: random.Random, n: int) -> list[Draft]:
         target = rng.choice(docs)
         listing = "\n\n".join(f"[{i}] {d.text.replace(chr(10) * 2, ' ')}" for i, d in enumerate(docs, 1))
         text = rng.choice(_RAG).format(k=k, docs=listing, q=_pick_question(target, rng), doc=_doc_name(target))
-        out.append(Draft(target.source, text))
+        out.append(Candidate(target.source, text))
     return out
 
 
@@ -452,7 +452,7 @@ _CODE_EDIT = (
 )
 
 
-def code(src: Sources, rng: random.Random, n: int) -> list[Draft]:
+def code(src: Sources, rng: random.Random, n: int) -> list[Candidate]:
     """Python completion, explanation and edit requests over small documented stdlib functions
     (found by :mod:`verispec.chat_prompts`)."""
     out = []
@@ -471,7 +471,7 @@ def code(src: Sources, rng: random.Random, n: int) -> list[Draft]:
             else:
                 task = rng.choice(_CODE_EDIT)
         block = f"```python\n{body}\n```"
-        out.append(Draft(u.source, f"{task}\n\n{block}" if rng.random() < 0.75 else f"{block}\n\n{task}"))
+        out.append(Candidate(u.source, f"{task}\n\n{block}" if rng.random() < 0.75 else f"{block}\n\n{task}"))
     return out
 
 
@@ -635,7 +635,7 @@ def add_typos(text: str, rng: random.Random, k: int = 4) -> str:
     return out
 
 
-def grounded(src: Sources, rng: random.Random, n: int) -> list[Draft]:
+def grounded(src: Sources, rng: random.Random, n: int) -> list[Candidate]:
     """Edit / rewrite / extract tasks over a text given in the prompt: fix mistakes, change the
     style, pull out terms, names, dates or numbers, convert to JSON, CSV or a table."""
     pool = src.passages(40, 150)
@@ -646,11 +646,11 @@ def grounded(src: Sources, rng: random.Random, n: int) -> list[Draft]:
         if r < 0.35 and pq:
             p = pq[i]
             if rng.random() < 0.4:
-                out.append(Draft(p.source, rng.choice(_TYPO_TASKS).format(t=add_typos(p.text, rng, rng.randint(3, 6)))))
+                out.append(Candidate(p.source, rng.choice(_TYPO_TASKS).format(t=add_typos(p.text, rng, rng.randint(3, 6)))))
             elif rng.random() < 0.5:
-                out.append(Draft(p.source, rng.choice(_REWRITE_TASKS).format(t=p.text)))
+                out.append(Candidate(p.source, rng.choice(_REWRITE_TASKS).format(t=p.text)))
             else:
-                out.append(Draft(p.source, rng.choice(_EXTRACT_TASKS).format(t=p.text)))
+                out.append(Candidate(p.source, rng.choice(_EXTRACT_TASKS).format(t=p.text)))
         elif r < 0.5:
             source, t = everyday_text(rng)
             task = rng.choice(("Rewrite this note in a formal register:\n\n{t}",
@@ -659,16 +659,16 @@ def grounded(src: Sources, rng: random.Random, n: int) -> list[Draft]:
                                "Extract every time, day and place mentioned in this note as a list.\n\n{t}"))
             if "mistakes" in task:
                 t = add_typos(t, rng, 2)
-            out.append(Draft(source.replace("everyday:", "everyday-edit:"), task.format(t=t)))
+            out.append(Candidate(source.replace("everyday:", "everyday-edit:"), task.format(t=t)))
         else:
             kind = rng.choice(sorted(_SYNTHETIC))
             make, tasks = _SYNTHETIC[kind]
             j = rng.randrange(len(tasks))
-            out.append(Draft(f"synthetic:{kind}-t{j}", tasks[j].format(t=make(rng))))
+            out.append(Candidate(f"synthetic:{kind}-t{j}", tasks[j].format(t=make(rng))))
     return out
 
 
-FAMILIES: dict[str, Callable[[Sources, random.Random, int], list[Draft]]] = {
+FAMILIES: dict[str, Callable[[Sources, random.Random, int], list[Candidate]]] = {
     "chat": chat,
     "qa": qa,
     "summarization": summarization,

@@ -156,3 +156,18 @@ def test_verispec_distill_runs_the_data_tools(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["distill", "head", "--help"])
     assert "verispec distill head" in capsys.readouterr().out
+
+
+def test_a_time_budget_shortens_head_training_after_its_first_steps(tmp_path) -> None:
+    from verispec.distill.head import train_head
+    from verispec.eagle import save_eagle_head
+    from verispec.testing import tiny_eagle, tiny_llama
+
+    tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    _run(tiny_target, tmp_path / "train", features=True)
+    init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
+    save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
+    shards = answer_shards(tmp_path / "train")
+    summary = train_head(tiny_target, shards, shards, tmp_path / "out", init_from=str(tmp_path / "init"), steps=400,
+                         time_budget_s=1e-6, held_eval=2, log=lambda _: None)
+    assert summary["steps"] == 20 and summary["train"]["eval"]["step"] == 20

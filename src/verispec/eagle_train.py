@@ -235,14 +235,17 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
                 steps: int, batch_size: int = 4, lr: float = 3e-3, depth: int = 3, noise: float = 0.05,
                 reg_weight: float = 0.1, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
                 ckpt_every: int = 100, sample_weight: torch.Tensor | None = None, init_from: EagleHead | None = None,
-                answers_only: bool = False, held_eval: int = 0, progress=None, log=print) -> tuple[EagleHead, dict]:
+                answers_only: bool = False, held_eval: int = 0, time_budget_s: float = 0.0, progress=None,
+                log=print) -> tuple[EagleHead, dict]:
     """Train (or resume from ``out/checkpoints/eagle-last.safetensors``) an EAGLE head.
 
     ``sample_weight [N]``: relative probability of drawing each training sequence (default
     uniform). ``init_from``: start from these weights (fine-tuning) instead of the
     pass-through initialisation. ``answers_only``: score only positions whose next token the
     target generated (where a head drafts), the rest being context. ``held_eval``: evaluate
-    on the first ``held_eval`` held-out sequences only (0 = all).
+    on the first ``held_eval`` held-out sequences only (0 = all). ``time_budget_s`` > 0: after
+    20 steps, lower ``steps`` once so that the run ends within the budget (the learning-rate
+    schedule then follows the new length; the result records it).
     """
     torch.manual_seed(seed)
     head = EagleHead(eagle_config(target_model.config))
@@ -286,6 +289,12 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         step += 1
+        if time_budget_s and step == 20:
+            per_step = (time.perf_counter() - t0) / 20
+            steps = min(steps, max(step, int(time_budget_s / per_step)))
+            log(f"{per_step:.2f} s per step: {steps} steps fit the time budget")
+            if task is not None:
+                progress.update(task, total=steps)
         if progress:
             progress.update(task, advance=1, description="training (EAGLE head) " +
                             " ".join(f"{k} {v:.2f}" for k, v in info.items()))
@@ -297,4 +306,4 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
             log(json.dumps(last))
         if step % ckpt_every == 0 or step == steps:
             save_training_state(ckpt, head, opt, step, history)
-    return head, {"eval": last, "history": history}
+    return head, {"eval": last, "history": history, "steps": steps}

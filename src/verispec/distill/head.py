@@ -88,7 +88,8 @@ def family_agreement(head: EagleHead, target: CausalLM, vocab_map: torch.Tensor,
 
 def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequence[Path], out: Path, *,
                init_from: str = "eagle", map_size: int = 0, steps: int = 1000, lr: float = 5e-4, batch_size: int = 4, depth: int = 3,
-               noise: float = 0.05, seed: int = 0, held_eval: int = 64, log: Callable[[str], None] = print) -> dict:
+               noise: float = 0.05, seed: int = 0, held_eval: int = 64, time_budget_s: float = 0.0,
+               log: Callable[[str], None] = print) -> dict:
     """Train, export to ``out`` and return a summary: data sizes, the training result, and the
     per-family held-out agreement of the initial and of the trained head. ``map_size`` > 0:
     the initial head's vocab map grown to ``map_size`` ids with the tokens the answers use most
@@ -117,13 +118,14 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     t0 = time.perf_counter()
     head, result = train_eagle(target.model, train, held, vmap, out, steps=steps, batch_size=batch_size, lr=lr,
                                depth=depth, noise=noise, seed=seed, init_from=init.head, answers_only=True,
-                               held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50, log=log)
+                               held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50,
+                               time_budget_s=time_budget_s, log=log)
     seconds = time.perf_counter() - t0
     after = family_agreement(head, target, vmap, held, held_fam, depth)
     log("after: " + json.dumps({k: round(v["agree"][0], 4) for k, v in after.items()}))
     summary = {"train_sequences": len(train), "train_answer_positions": answer_tokens, "held_sequences": len(held),
                "init_from": init_from, "map_size": len(vmap), "map_coverage_before": before_cov,
-               "map_coverage": coverage, "steps": steps, "lr": lr, "batch_size": batch_size, "depth": depth,
+               "map_coverage": coverage, "steps": result["steps"], "lr": lr, "batch_size": batch_size, "depth": depth,
                "seconds": seconds, "train": result, "before": before, "after": after}
     save_eagle_head(head, out, vocab_map=vmap, meta={"target": target.name, "train": summary})
     return summary
@@ -148,6 +150,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-budget", type=float, default=0.0,
+                    help="seconds of training: fewer steps than --steps if they would not fit (0 = no limit)")
     ap.add_argument("--max-shards", type=int, default=0, help="use the first N training shards (0 = all)")
     args = ap.parse_args(argv)
 
@@ -162,7 +166,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         target = load_causal_lm(args.target)
         out = Path(args.out)
         summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, map_size=args.map_size, steps=args.steps,
-                             lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed)
+                             lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed,
+                             time_budget_s=args.time_budget)
         (out / "train-summary.json").write_text(json.dumps(summary, indent=2))
         return 0
 

@@ -153,7 +153,8 @@ class KVRunner:
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the rows ``rows`` (int64 ``[n]``, in that order): finished and cancelled rows
-        leave the batch. Columns that are then holes in every row are dropped."""
+        leave the batch. Columns that are then holes in every row are dropped once they are a quarter
+        of the cache (or trail it); before that, in-place layers only move rows in their buffers."""
         rows = rows.to(self.col_pos.device)
         self.col_pos, self.lengths = self.col_pos[rows], self.lengths[rows]
         used = (self.col_pos >= 0).any(0)  # [L] columns some row still uses

@@ -161,6 +161,33 @@ def test_streaming_a_batch_gives_each_prompt_its_own_text(tiny_target, tiny_draf
     assert result.texts == dec.generate(prompts, 20, GREEDY).texts
 
 
+@pytest.mark.parametrize("kind", ["none", "model", "ngram"])
+def test_all_greedy_batches_take_the_argmax_path_and_emit_what_the_general_path_does(
+        tiny_target, tiny_draft, kind, monkeypatch):
+    """A batch whose rows are all greedy is verified from the argmax of the logits alone (no
+    ``logits_to_probs``); the tokens equal those of the general path (one-hot p and ``verify``)."""
+    from verispec.engine import step as step_mod
+
+    greedy = [Request(t, 16, GREEDY, request_id=str(i)) for i, t in enumerate(["hello world hello wor", "abc abc",
+                                                                              "the cat sat on the mat", "x"])]
+    dec = SpeculativeDecoder(tiny_target, drafters(tiny_target, tiny_draft)[kind], k=3)
+    calls = {"argmax": 0}
+    real = step_mod.verify_argmax
+
+    def counted(*a, **kw):
+        calls["argmax"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(step_mod, "verify_argmax", counted)
+    monkeypatch.setattr(step_mod, "logits_to_probs", lambda *a, **kw: pytest.fail("transformed p for greedy rows"))
+    fast = run(dec, greedy)
+    assert calls["argmax"] > 0
+    monkeypatch.undo()
+    monkeypatch.setattr(step_mod, "_all_greedy", lambda state: False)
+    monkeypatch.setattr(step_mod, "verify_argmax", lambda *a, **kw: pytest.fail("fast path when told not to"))
+    assert run(dec, greedy) == fast
+
+
 def test_a_step_reports_the_tokens_it_emitted(tiny_target):
     dec = SpeculativeDecoder(tiny_target, PromptLookupDrafter(), k=3)
     state = dec.start([Request("hello hello hello hel", 12, GREEDY, request_id="a")])

@@ -846,6 +846,26 @@ def test_greedy_fast_path_equals_the_exact_rule_and_needs_no_draws(with_q):
     assert torch.equal(verify(p, q, d, num_draft=n, seeds=torch.arange(B), positions=pos).tokens, fast.tokens)
 
 
+@pytest.mark.parametrize("method", ["exact", "gumbel"])
+@pytest.mark.parametrize("seed", range(4))
+def test_verify_argmax_equals_verify_on_one_hot_p(method, seed):
+    """The engine's all-greedy fast path (argmax tokens only) against :func:`verify` on the
+    one-hot p those tokens define, with placeholders (-1) past each row's drafts."""
+    from verispec.verify import verify_argmax
+
+    p, q, d, n, t = _greedy_batch(B=16, K=5, V=7, seed=seed)
+    d = torch.where(torch.arange(5) < n[:, None], d, -1)
+    fast = verify_argmax(t, d, n)
+    ref = verify(p, None, d, num_draft=n, seeds=torch.arange(16), method=method)
+    assert torch.equal(fast.tokens, ref.tokens)
+    assert torch.equal(fast.num_accepted, ref.num_accepted) and torch.equal(fast.accepted, ref.accepted)
+    assert torch.equal(fast.num_emitted, ref.num_emitted)
+    # The comparison can fail: emitting the argmax one slot late differs from the rule.
+    late = t.gather(1, (fast.num_accepted + 1).clamp_max(5)[:, None]).squeeze(1)
+    early = fast.tokens.gather(1, fast.num_accepted[:, None]).squeeze(1)
+    assert not torch.equal(late, early)
+
+
 def test_mixed_greedy_and_sampled_rows_match_each_row_alone():
     gp, gq, gd, gn, _ = _greedy_batch(B=6, K=4, V=9, seed=1)
     gen = torch.Generator().manual_seed(2)

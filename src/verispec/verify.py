@@ -39,7 +39,7 @@ import torch
 from .draft import Draft
 from .rng import COUNTER, STREAM_ACCEPT, STREAM_EMIT, Draws, inverse_cdf, random_seeds
 
-__all__ = ["Verification", "verify", "verify_draft", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
+__all__ = ["Verification", "verify", "verify_draft", "verify_argmax", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
 
 METHODS = ("exact", "gumbel")
 
@@ -369,6 +369,26 @@ def _verify_greedy(
     num_accepted = (drafted & (p_d == 1)).to(torch.int64).cumprod(-1).sum(-1)  # [B]
     rows = torch.arange(B, device=p.device)
     x = _rows_at(p, rows, num_accepted).argmax(-1)  # [B] the argmax at the emitting slot
+    return _assemble(d, num_accepted, x, num_draft)
+
+
+def verify_argmax(
+    target_top: torch.Tensor,  # [B, K+1] int64: argmax of p at each draft slot and the bonus slot
+    draft_tokens: torch.Tensor,  # [B, K]
+    num_draft: torch.Tensor,  # [B]
+) -> Verification:
+    """The greedy rule from the target's argmax tokens alone: accept while d_i = t_i, then emit t.
+
+    The fast path for a batch whose rows are all greedy (temperature 0): it needs ``argmax p``
+    per slot, not the one-hot ``[B, K+1, V]`` that :func:`verify` reads, and gives the same
+    outcome as :func:`verify` on ``p = one_hot(target_top)`` with either method (the reference
+    the tests compare it with). Inputs are not validated: ids come from the engine's own argmax.
+    """
+    K = draft_tokens.shape[1]
+    drafted = torch.arange(K, device=draft_tokens.device) < num_draft[:, None]  # [B, K]
+    d = torch.where(drafted, draft_tokens.to(torch.int64), 0)  # [B, K] placeholders -> 0
+    num_accepted = (drafted & (d == target_top[:, :K])).to(torch.int64).cumprod(-1).sum(-1)  # [B]
+    x = target_top.gather(1, num_accepted[:, None]).squeeze(1)  # [B] the argmax at the emitting slot
     return _assemble(d, num_accepted, x, num_draft)
 
 

@@ -30,7 +30,7 @@ import torch
 from ..draft import Draft
 from ..drafters import DraftAsk
 from ..sampling import logits_to_probs
-from ..verify import Verification, verify_draft
+from ..verify import Verification, verify_argmax, verify_draft
 from .requests import Completion, RequestOutput
 from .state import BatchState, Row
 from .stats import BONUS, account, add_calibration, residual_origin, uncount
@@ -100,6 +100,11 @@ def verify_step(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: to
     """p = each row's transform of the target's logits; the verifier's outcome per row."""
     t0 = time.perf_counter()
     device = logits.device
+    if d.is_chain and _all_greedy(state):  # only argmax p matters: no [B, N+1, V] transform
+        out = verify_argmax(_argmax_tokens(logits, dec.target.vocab_size), d.tokens.to(device),
+                            d.num_draft.to(device))
+        state.stats.time_verify += time.perf_counter() - t0
+        return out
     p = logits_to_probs(_fit_vocab(logits.to(dec.dtype), dec.target.vocab_size), state.params)  # [B, N+1, V]
     out = verify_draft(p, d.to(device), seeds=state.seeds, positions=state.positions().to(device), method=state.methods(),
                        greedy=state.params.greedy.to(device), validate=False)
@@ -242,6 +247,19 @@ def fill_holes(keep: list[int], B: int) -> list[int]:
     for h, m in zip(holes, movers):
         order[h] = m
     return order
+
+
+def _all_greedy(state: BatchState) -> bool:
+    """Every row decodes at temperature 0 (its p is one-hot at the argmax, whatever its method)."""
+    return bool(state.params.greedy.all())
+
+
+def _argmax_tokens(logits: torch.Tensor, V: int) -> torch.Tensor:
+    """``[B, N+1]`` argmax of the logits over the engine's first V ids (the lowest id on ties, as
+    :func:`verispec.logits_to_probs` takes it); NaN logits raise as there."""
+    if torch.isnan(logits).any() or torch.isposinf(logits).any():
+        raise ValueError("logits contain NaN or +inf (a broken model or overflow)")
+    return logits[..., :V].argmax(-1)
 
 
 def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:

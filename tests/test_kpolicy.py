@@ -108,6 +108,29 @@ def test_costs_are_measured_once_and_monotone(tiny_target, tiny_draft):
     assert dip.verify_cost(4) == 2.0 and dip.verify_cost(6) == 2.0 and dip.verify_cost(8) == 3.0
 
 
+def test_each_timed_draft_step_follows_a_target_pass(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """Draft steps are timed as decoding meets them, after a target pass has gone through the
+    CPU's caches, not back to back (where a draft model's weights stay cached)."""
+    from verispec.engine import costs as costs_module
+
+    monkeypatch.setenv("VERISPEC_COSTS", str(tmp_path / "costs.json"))
+    events = []
+    real_forward = costs_module.KVRunner.forward
+
+    def forward(self, *a, **kw):
+        events.append("target")
+        return real_forward(self, *a, **kw)
+
+    drafter = ModelDrafter(tiny_draft)
+    real_propose = drafter.propose
+    monkeypatch.setattr(costs_module.KVRunner, "forward", forward)
+    monkeypatch.setattr(drafter, "propose", lambda ask: events.append("draft") or real_propose(ask))
+    measure_pass_costs(tiny_target, drafter, 3)
+    drafts = [i for i, e in enumerate(events) if e == "draft"]
+    assert len(drafts) == costs_module._REPEATS + 1
+    assert all(events[i - 1] == "target" for i in drafts)
+
+
 def test_the_cost_table_is_kept_per_model_drafter_and_machine(tiny_target, tiny_draft, tmp_path, monkeypatch):
     """A second process (fresh objects, in-memory cache cleared) reads the table the first wrote."""
     from verispec.engine import costs as costs_module

@@ -59,25 +59,30 @@ def test_unrolled_training_steps_equal_what_the_drafter_computes(tiny_target, n)
 
 
 @pytest.mark.parametrize("dtype,weights", [(torch.float64, "auto"), (torch.float32, "fp32"),
-                                           (torch.float32, "fp16")])
+                                           (torch.float32, "fp16"), (torch.float32, "int8")])
 def test_fast_draft_step_equals_the_hf_modules(dtype, weights) -> None:
     """The drafting path (``_FastStep``: straight tensor code; oneDNN-packed float32 weights, or
     float16 copies) gives the HF modules' logits and features: a ragged prefill (holes -> mask),
     a two-token feed without holes (causal mask of its own), one-token steps, and rows rolled
     back apart."""
-    from verispec.models import fp16_linear
+    from verispec.models import fp16_linear, int8_linear
 
     if weights == "fp16" and fp16_linear(torch.zeros(2, 2)) is None:
         pytest.skip("this torch build has no fbgemm float16 linear")
+    if weights == "int8" and int8_linear(torch.zeros(8, 32)) is None:
+        pytest.skip("this torch build has no int8 weight kernel")
     target = tiny_llama(vocab_size=64, seed=0, dtype=dtype)
     files = tiny_eagle(target, seed=2, vocab_map=torch.arange(0, 64, 3))
     fast = bind_eagle(files, target, weights=weights)
     ref = bind_eagle(files, target, weights="fp32")
     ref._step = None  # forward_hidden falls back to reference_forward_hidden
     assert fast._step is not None and fast.fp16 == (weights == "fp16")
+    assert fast.weights == ("fp32" if weights == "auto" else weights)
     tol = {torch.float64: dict(atol=1e-10, rtol=1e-10), torch.float32: dict(atol=2e-5, rtol=2e-5)}[dtype]
     if weights == "fp16":  # one rounding of every weight to float16 (11 significant bits)
         tol = dict(atol=2e-3, rtol=2e-3)
+    if weights == "int8":  # int8 weights (a scale per row), bfloat16 inputs and outputs: ~1e-2 of |logits| ~ 3
+        tol = dict(atol=0.1, rtol=0.05)
     H = target.model.config.hidden_size
     gen = torch.Generator().manual_seed(0)
     runners = [KVRunner(fast, 2), KVRunner(ref, 2)]
@@ -336,7 +341,7 @@ def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
     assert f32.model.weights == "fp32" and f32.name == "smollm2-135m-eagle:fp32+ngram"
     d16 = make_drafter(str(tmp_path / "head") + ":fp16")
     assert isinstance(d16, EagleDrafter) and d16.weights == "fp16" and d16.name == "head:fp16"
-    with pytest.raises(ModelLoadError, match="weights must be one of auto, fp16, fp32, got 'int3'"):
+    with pytest.raises(ModelLoadError, match="weights must be one of auto, fp16, int8, fp32, got 'int3'"):
         make_drafter(str(tmp_path / "head") + ":int3")
     with pytest.raises(ModelLoadError, match="weights must be one of"):
         make_drafter("eagle:fp64+ngram")
@@ -401,3 +406,25 @@ def test_later_steps_from_a_start_position_are_exact_after_it(tiny_target, start
     torch.testing.assert_close(part[0], full[0], atol=1e-10, rtol=1e-10)  # step 1 always runs everywhere
     if start:
         assert not torch.allclose(part[1][:, :start], full[1][:, :start])  # (the comparison can fail)
+
+
+def test_int8_draft_weights_approximate_the_linear_and_refuse_widths_the_kernel_misreads() -> None:
+    """``int8_linear``: x @ W.T + b to int8/bfloat16 rounding for widths that are multiples of
+    32; None (never a crash or garbage) for other widths, bias dtypes, or non-float32 weights."""
+    from verispec.models import int8_linear
+
+    if int8_linear(torch.zeros(8, 32)) is None:
+        pytest.skip("this torch build has no int8 weight kernel")
+    gen = torch.Generator().manual_seed(0)
+    for out_f, in_f in ((7, 32), (64, 96), (200, 576)):
+        w, b = torch.randn(out_f, in_f, generator=gen), torch.randn(out_f, generator=gen)
+        x = torch.randn(5, in_f, generator=gen)
+        want = torch.nn.functional.linear(x, w, b)
+        got = int8_linear(w, b)(x)
+        assert got.dtype == torch.float32 and got.shape == want.shape
+        err = (got - want).abs().max() / want.abs().max()
+        assert err < 0.02, err
+        wrong = torch.nn.functional.linear(x, w.flip(0), b)  # the check can fail: another weight is far off
+        assert (got - wrong).abs().max() / want.abs().max() > 0.1
+    for bad in (torch.zeros(8, 24), torch.zeros(8, 7), torch.zeros(8, 32, dtype=torch.float64)):
+        assert int8_linear(bad) is None

@@ -37,7 +37,7 @@ from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .models import CausalLM, ModelLoadError
-from .models.kernels import fp16_linear, kernel_choice, measured_choice, pack_weight, packed_linear
+from .models.kernels import fp16_linear, int8_linear, kernel_choice, measured_choice, pack_weight, packed_linear
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
@@ -46,7 +46,7 @@ EAGLE_FORMAT = "verispec-eagle-v1"
 CONFIG_NAME = "eagle_config.json"
 WEIGHTS_NAME = "eagle.safetensors"
 VOCAB_MAP_NAME = "vocab_map.safetensors"
-DRAFT_WEIGHTS = ("auto", "fp16", "fp32")  # what a bound head's draft steps read (see bind_eagle)
+DRAFT_WEIGHTS = ("auto", "fp16", "int8", "fp32")  # what a bound head's draft steps read (see bind_eagle)
 
 
 def eagle_config(target_config) -> LlamaConfig:
@@ -116,13 +116,14 @@ class EagleDraftModel(nn.Module):
     """
 
     def __init__(self, head: EagleHead, embed: nn.Embedding, out_rows: torch.Tensor, *,
-                 fp16: bool = False) -> None:
+                 weights: str = "fp32") -> None:
         super().__init__()
         self.head = head
         self.embed = embed  # shared with the target, not copied
         self.register_buffer("out_rows", out_rows, persistent=False)  # [V_map, H]
-        self._step = _FastStep(head, out_rows, fp16=fp16) if _FastStep.supports(head) else None
-        self.fp16 = self._step is not None and self._step.fp16
+        self._step = _FastStep(head, out_rows, weights=weights) if _FastStep.supports(head) else None
+        self.weights = self._step.weights if self._step is not None else "fp32"  # what draft steps read
+        self.fp16 = self.weights == "fp16"
 
     @property
     def config(self) -> LlamaConfig:
@@ -167,9 +168,10 @@ class _FastStep:
     is a large share of a one-token draft step for a model this small (profiled with cProfile).
     The matmuls are the CPU kernels of :mod:`verispec.models.kernels` only for a head whose
     weights and output rows all lie on the CPU: there, for float32, every matmul of up to 32
-    rows goes through a oneDNN-packed copy of its weight, or with ``fp16=True`` every matmul
+    rows goes through a oneDNN-packed copy of its weight, or with ``weights="fp16"`` every matmul
     through a float16 copy (:func:`verispec.models.kernels.fp16_linear`; float32 in, out and
-    accumulation). Other dtypes use ``F.linear``, and so does every matmul on any other device.
+    accumulation), with ``weights="int8"`` through an int8 copy with a scale per output row
+    (:func:`verispec.models.kernels.int8_linear`; inputs rounded to bfloat16). Other dtypes use ``F.linear``, and so does every matmul on any other device.
     The copies are made at construction: bind again after changing the head.
     """
 
@@ -186,16 +188,17 @@ class _FastStep:
                 "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
         return {n: (m.weight, m.bias) for n, m in mods.items()} | {"out": (out_rows, None)}
 
-    def __init__(self, head: EagleHead, out_rows: torch.Tensor, *, fp16: bool = False) -> None:
+    def __init__(self, head: EagleHead, out_rows: torch.Tensor, *, weights: str = "fp32") -> None:
         layer = head.body.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         self.head, self.layer, self.attn, self.act = head, layer, attn, mlp.act_fn
-        weights = self.weights(head, out_rows)
+        kind, weights = weights, self.weights(head, out_rows)
         self.cpu = all(t.device.type == "cpu" for w, b in weights.values() for t in (w, b) if t is not None)
-        half = {n: fp16_linear(w, b) for n, (w, b) in weights.items()} if fp16 and self.cpu else {}
-        self.fp16 = bool(half) and all(f is not None for f in half.values())
-        if self.fp16:
-            self.linear = half
+        make = {"fp16": fp16_linear, "int8": int8_linear}.get(kind) if self.cpu else None
+        small = {n: make(w, b) for n, (w, b) in weights.items()} if make is not None else {}
+        self.weights = kind if small and all(f is not None for f in small.values()) else "fp32"
+        if self.weights != "fp32":
+            self.linear = small
         else:
             self.linear = {n: _linear_fn(w, b, cpu_kernels=self.cpu) for n, (w, b) in weights.items()}
         self.head_dim = attn.head_dim
@@ -338,7 +341,8 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
 
     ``weights`` (what each draft step reads): ``"fp32"``, ``"fp16"`` (float16 copies of the
     head's weights and output rows, half the memory traffic; a CPU kernel: float32 CPU targets
-    with fbgemm only), or ``"auto"``: on a float32 CPU target with fbgemm, whichever of the two
+    with fbgemm only), ``"int8"`` (int8 copies with a scale per row, a quarter of the traffic,
+    inputs rounded to bfloat16; float32 CPU targets with torch's int8 weight kernel), or ``"auto"``: on a float32 CPU target with fbgemm, whichever of the two
     makes a one-row draft step's matmuls faster on this machine (timed once per machine and
     head shape, then read from :func:`verispec.models.kernels_file`; with
     ``$VERISPEC_KERNEL_CHOICE=fixed``, fp16 without timing), else fp32. Rounding the draft's
@@ -362,15 +366,17 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
         out = out[files.vocab_map]
     head = files.head.to(device=out.device, dtype=out.dtype)  # (drafting: _FastStep, with its own weight copies)
     out = out.contiguous()
-    fp16, choice, info = weights == "fp16", None, {}
+    kind, choice, info = weights, None, {}
     if weights == "auto":
         choice = kernel_choice()
         fp16, info = (True, {}) if choice == "fixed" else _measured_draft_weights(head, out)
-    draft = EagleDraftModel(head, model.get_input_embeddings(), out, fp16=fp16)
-    if weights == "fp16" and not draft.fp16:
-        raise ValueError(f"weights='fp16' needs a float32 CPU target and a torch build with fbgemm "
+        kind = "fp16" if fp16 else "fp32"
+    draft = EagleDraftModel(head, model.get_input_embeddings(), out, weights=kind)
+    if weights in ("fp16", "int8") and draft.weights != weights:
+        need = "fbgemm" if weights == "fp16" else "torch._weight_int8pack_mm"
+        raise ValueError(f"weights={weights!r} needs a float32 CPU target and a torch build with {need} "
                          f"(target {target.name!r}: {out.dtype} on {out.device.type})")
-    draft._verispec_kernels = {"choice": choice, "eagle": {"weights": "fp16" if draft.fp16 else "fp32",
+    draft._verispec_kernels = {"choice": choice, "eagle": {"weights": draft.weights,
                                                            "asked": weights, "choice": choice, **info}}
     return draft
 

@@ -2,7 +2,7 @@
 
 A spec is ``"none"`` (target-only), ``"default"`` (the measured best for a built-in target),
 a registered name (``"ngram"``, ...), an alias (``"hybrid"``), or a draft model / EAGLE head
-by name or path (``"HEAD:fp16"`` / ``"HEAD:fp32"`` choose what a head's draft steps read);
+by name or path (``"HEAD:fp16"`` / ``"HEAD:int8"`` / ``"HEAD:fp32"`` choose what a head's draft steps read);
 any of the last three followed by ``"+ngram"`` runs prompt lookup first and that drafter where
 the lookup finds nothing (:class:`HybridDrafter`).
 
@@ -127,7 +127,7 @@ def eagle_head_dir(spec: str) -> Path | None:
 
 def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDrafter | EagleDrafter:
     """A model drafter from a name or path: an :class:`EagleDrafter` for EAGLE heads (``"eagle"``
-    is the built-in one; ``"HEAD:fp32"`` / ``"HEAD:fp16"`` choose what its draft steps read, see
+    is the built-in one; ``"HEAD:fp32"`` / ``"HEAD:fp16"`` / ``"HEAD:int8"`` choose what its draft steps read, see
     :func:`verispec.eagle.bind_eagle`), else a :class:`ModelDrafter` over ``load_causal_lm(spec)``.
 
     Raises:

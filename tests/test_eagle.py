@@ -170,39 +170,44 @@ def test_draft_steps_use_cpu_kernels_only_on_the_cpu(monkeypatch) -> None:
 
 
 def test_auto_draft_weights_are_chosen_by_measurement(monkeypatch, tmp_path: Path) -> None:
-    """``weights="auto"`` times a one-row draft step's matmuls with float16 and float32 weights
-    once per machine and takes the faster (cached: a second bind times nothing); a target
-    float16 cannot serve (float64) is not timed."""
-    from verispec.models import fp16_linear, kernel_report, kernels
+    """``weights="auto"`` times a one-row draft step's matmuls with each kind of draft weights
+    this build runs (float32, float16, int8), each after flushing the CPU's caches, once per
+    machine, and takes the fastest (cached: a second bind times nothing); a target no other
+    kind can serve (float64) is not timed."""
+    from verispec.models import fp16_linear, int8_linear, kernel_report, kernels
 
-    if fp16_linear(torch.zeros(2, 2)) is None:
-        pytest.skip("this torch build has no fbgemm float16 linear")
+    kinds = ["fp32"] + [k for k, make in (("fp16", fp16_linear), ("int8", int8_linear))
+                        if make(torch.zeros(8, 32)) is not None]
+    if len(kinds) == 1:
+        pytest.skip("this torch build has neither fbgemm float16 nor int8 weight kernels")
 
     def faster(name):
-        def fake(calls, repeats=3, rivals=None):
+        def fake(calls, repeats=3, rivals=None, before=None):
             fake.seen.append(list(calls))
+            fake.flushed = before is not None
             return {k: 1.0 if k == name else 2.0 for k in calls}
         fake.seen = []
         return fake
 
     target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
     files = tiny_eagle(target, seed=2, vocab_map=torch.arange(0, 64, 3))
-    for fast, other in (("fp32", "fp16"), ("fp16", "fp32")):
+    for fast in kinds:
+        other = next(k for k in kinds if k != fast)
         monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / f"{fast}.json"))
         timer = faster(fast)
         monkeypatch.setattr(kernels, "_time_calls", timer)
         draft = bind_eagle(files, target)
-        assert draft.fp16 == (fast == "fp16") and timer.seen == [["fp32", "fp16"]]
+        assert draft.weights == fast and timer.seen == [kinds] and timer.flushed
         report = kernel_report(draft)["eagle"]
         assert report["weights"] == fast and report["choice"] == "measured" and not report["cached"]
         again = faster(other)
         monkeypatch.setattr(kernels, "_time_calls", again)
         draft = bind_eagle(files, target)
-        assert draft.fp16 == (fast == "fp16") and again.seen == [] and kernel_report(draft)["eagle"]["cached"]
-        assert bind_eagle(files, target, weights=other).fp16 == (other == "fp16")  # asked: never timed
+        assert draft.weights == fast and again.seen == [] and kernel_report(draft)["eagle"]["cached"]
+        assert bind_eagle(files, target, weights=other).weights == other  # asked: never timed
         assert again.seen == []
     wide = tiny_llama(vocab_size=64, seed=0, dtype=torch.float64)
-    assert not bind_eagle(tiny_eagle(wide, seed=2), wide).fp16 and again.seen == []
+    assert bind_eagle(tiny_eagle(wide, seed=2), wide).weights == "fp32" and again.seen == []
 
 
 def test_save_load_round_trip(tiny_target, tmp_path: Path) -> None:

@@ -495,7 +495,7 @@ def _fake_timer(time_of):  # type: ignore[no-untyped-def]
     """A stand-in for ``kernels._time_calls``: ``time_of(key)`` seconds per call, where a key is
     ``(shape key, kernel, rows)`` for linears or an alternative's name (``measured_choice``).
     ``.seen`` records the keys of each call."""
-    def fake(calls, repeats=3, rivals=None):  # type: ignore[no-untyped-def]
+    def fake(calls, repeats=3, rivals=None, before=None):  # type: ignore[no-untyped-def]
         fake.seen.append(list(calls))
         return {k: float(time_of(k)) for k in calls}
     fake.seen = []

@@ -37,7 +37,7 @@ from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .models import CausalLM, ModelLoadError
-from .models.kernels import fp16_linear, int8_linear, kernel_choice, measured_choice, pack_weight, packed_linear
+from .models.kernels import cache_evictor, fp16_linear, int8_linear, kernel_choice, measured_choice, pack_weight, packed_linear
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
@@ -342,9 +342,10 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
     ``weights`` (what each draft step reads): ``"fp32"``, ``"fp16"`` (float16 copies of the
     head's weights and output rows, half the memory traffic; a CPU kernel: float32 CPU targets
     with fbgemm only), ``"int8"`` (int8 copies with a scale per row, a quarter of the traffic,
-    inputs rounded to bfloat16; float32 CPU targets with torch's int8 weight kernel), or ``"auto"``: on a float32 CPU target with fbgemm, whichever of the two
-    makes a one-row draft step's matmuls faster on this machine (timed once per machine and
-    head shape, then read from :func:`verispec.models.kernels_file`; with
+    inputs rounded to bfloat16; float32 CPU targets with torch's int8 weight kernel), or ``"auto"``:
+    on a float32 CPU target, whichever of those this machine runs makes a one-row draft step's
+    matmuls fastest right after the caches were flushed, as after a target pass (timed once per
+    machine and head shape, then read from :func:`verispec.models.kernels_file`; with
     ``$VERISPEC_KERNEL_CHOICE=fixed``, fp16 without timing), else fp32. Rounding the draft's
     weights changes which tokens it proposes, never the output distribution (the verifier sees
     the q each draft was sampled from). The head moves to the target's device and dtype; off the
@@ -369,8 +370,7 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
     kind, choice, info = weights, None, {}
     if weights == "auto":
         choice = kernel_choice()
-        fp16, info = (True, {}) if choice == "fixed" else _measured_draft_weights(head, out)
-        kind = "fp16" if fp16 else "fp32"
+        kind, info = ("fp16", {}) if choice == "fixed" else _measured_draft_weights(head, out)
     draft = EagleDraftModel(head, model.get_input_embeddings(), out, weights=kind)
     if weights in ("fp16", "int8") and draft.weights != weights:
         need = "fbgemm" if weights == "fp16" else "torch._weight_int8pack_mm"
@@ -381,31 +381,37 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
     return draft
 
 
-def _measured_draft_weights(head: EagleHead, out_rows: torch.Tensor) -> tuple[bool, dict]:
-    """Whether float16 draft weights make a one-row draft step's matmuls (``fc`` .. ``down`` and
-    the output rows, inputs ``[1, in]``) faster than float32 ones (oneDNN-packed) on this machine:
-    timed once per machine and shapes, then read from :func:`verispec.models.kernels_file`.
-    False without timing where float16 cannot run (not a float32 CPU head, no fbgemm). Returns
-    ``(fp16, info)``, info as :func:`verispec.models.kernels.measured_choice` gives it."""
+def _measured_draft_weights(head: EagleHead, out_rows: torch.Tensor) -> tuple[str, dict]:
+    """Which draft weights (``"fp32"``, oneDNN-packed; ``"fp16"``; ``"int8"``) make a one-row
+    draft step's matmuls (``fc`` .. ``down`` and the output rows, inputs ``[1, in]``) fastest on
+    this machine, each timed right after the CPU's caches were flushed (as in decoding, after a
+    target pass): timed once per machine and shapes, then read from
+    :func:`verispec.models.kernels_file`. Only the kinds this build and these shapes can run are
+    timed; "fp32" without timing where no other can (not a float32 CPU head). Returns
+    ``(kind, info)``, info as :func:`verispec.models.kernels.measured_choice` gives it."""
     if not _FastStep.supports(head) or out_rows.device.type != "cpu" or out_rows.dtype != torch.float32:
-        return False, {}
+        return "fp32", {}
     weights = _FastStep.weights(head, out_rows)
-    if (any(t.device.type != "cpu" or t.dtype != torch.float32 for w, b in weights.values() for t in (w, b)
-            if t is not None) or fp16_linear(torch.zeros(1, 1)) is None):
-        return False, {}
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for w, b in weights.values() for t in (w, b)
+           if t is not None):
+        return "fp32", {}
+    makers = {"fp16": fp16_linear, "int8": int8_linear}
+    kinds = ("fp32",) + tuple(k for k, make in makers.items()
+                              if all(make(torch.zeros(1, w.shape[1])) is not None for w, _ in weights.values()))
+    if len(kinds) == 1:
+        return "fp32", {}
 
     def make_calls() -> dict:
-        half = {n: fp16_linear(w, b) for n, (w, b) in weights.items()}
-        full = {n: _linear_fn(w, b, cpu_kernels=True) for n, (w, b) in weights.items()}
+        lins = {"fp32": {n: _linear_fn(w, b, cpu_kernels=True) for n, (w, b) in weights.items()}}
+        for k in kinds[1:]:
+            lins[k] = {n: makers[k](w, b) for n, (w, b) in weights.items()}
         gen = torch.Generator().manual_seed(0)
         xs = {n: torch.randn(1, w.shape[1], generator=gen) for n, (w, _) in weights.items()}
 
         def step(lin: dict) -> None:
             for n, x in xs.items():
                 lin[n](x)
-        if any(f is None for f in half.values()):  # (not expected after the checks above) as fp32 then
-            half = full
-        return {"fp32": lambda: step(full), "fp16": lambda: step(half)}
-    key = "eagle step 1 row " + " ".join(f"{n} {w.shape[1]}x{w.shape[0]}" for n, (w, _) in weights.items())
-    pick, info = measured_choice(key, ("fp32", "fp16"), make_calls)
-    return pick == "fp16", info
+        return {k: (lambda lin=lin: step(lin)) for k, lin in lins.items()}
+    key = "eagle step 1 row, caches flushed " + " ".join(f"{n} {w.shape[1]}x{w.shape[0]}"
+                                                           for n, (w, _) in weights.items())
+    return measured_choice(key, kinds, make_calls, before=cache_evictor())

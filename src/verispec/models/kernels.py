@@ -60,11 +60,13 @@ __all__ = [
     "kernels_file",
     "measured_linears",
     "measured_choice",
+    "cache_evictor",
     "kernel_report",
 ]
 
 KERNELS = ("fast_lm_head", "fast_small_linears", "gqa_attention")  # what apply_cpu_kernels installs, in order
 KERNEL_CHOICES = ("measured", "fixed")  # how linear kernels are chosen (see kernel_choice)
+EVICT_BYTES = 256 << 20  # what cache_evictor writes: more than the L3 of the CPUs this runs on
 
 
 # ----------------------------------------------------------------------------------------------
@@ -368,7 +370,8 @@ def _write_kernels(entries: dict) -> None:
 
 
 def _time_calls(calls: dict[Hashable, Callable[[], object]], repeats: int = _REPEATS,
-                rivals: Callable[[Hashable], Hashable] | None = None) -> dict[Hashable, float]:
+                rivals: Callable[[Hashable], Hashable] | None = None,
+                before: Callable[[], object] | None = None) -> dict[Hashable, float]:
     """Median wall time in seconds of each call, over rounds in which every call runs once in
     turn (every other round reversed), so that drift and cache state hit all alike.
 
@@ -376,11 +379,14 @@ def _time_calls(calls: dict[Hashable, Callable[[], object]], repeats: int = _REP
     dropped unless the call took over :data:`_LONG_CALL_S`, where that setup is negligible.
     Then ``repeats`` rounds; with ``rivals`` (call -> what it competes with) a call that took
     over :data:`_LONG_CALL_S` and :data:`_PRUNE` times its fastest rival's time in round 0 is
-    not run again (it cannot win; its round-0 time stands)."""
+    not run again (it cannot win; its round-0 time stands). ``before``, if given, runs untimed
+    before every call (e.g. :func:`evict_caches`, to time calls as they run after a target pass)."""
     keys = list(calls)
     first: dict[Hashable, float] = {}
     with torch.inference_mode():
         for k in keys:
+            if before is not None:
+                before()
             t0 = time.perf_counter()
             calls[k]()
             first[k] = time.perf_counter() - t0
@@ -392,6 +398,8 @@ def _time_calls(calls: dict[Hashable, Callable[[], object]], repeats: int = _REP
         live = [k for k in keys if rivals is None or first[k] <= _LONG_CALL_S or first[k] <= _PRUNE * best[rivals(k)]]
         for r in range(repeats):
             for k in (live if r % 2 == 0 else live[::-1]):
+                if before is not None:
+                    before()
                 t0 = time.perf_counter()
                 calls[k]()
                 samples[k].append(time.perf_counter() - t0)
@@ -399,22 +407,39 @@ def _time_calls(calls: dict[Hashable, Callable[[], object]], repeats: int = _REP
 
 
 def measured_choice(key: str, names: tuple[str, ...],
-                    make_calls: Callable[[], dict[str, Callable[[], object]]]) -> tuple[str, dict]:
+                    make_calls: Callable[[], dict[str, Callable[[], object]]],
+                    before: Callable[[], object] | None = None) -> tuple[str, dict]:
     """The fastest of the alternatives ``names`` (computing the same thing) on this machine:
     read from :func:`kernels_file` under ``key`` (plus the machine), else timed now (the calls
     ``make_calls()`` returns, one per name, built only then) and stored. Ties go to the first
-    name. Returns ``(name, info)``, info holding ``"us"`` (median microseconds per alternative)
-    and ``"cached"`` (whether it was read, not timed)."""
+    name. ``before`` runs untimed before each timed call (see :func:`_time_calls`). Returns
+    ``(name, info)``, info holding ``"us"`` (median microseconds per alternative) and
+    ``"cached"`` (whether it was read, not timed)."""
     full = f"{machine_key()} | {key}"
     entry = _read_kernels().get(full)
     if isinstance(entry, dict) and entry.get("pick") in names and isinstance(entry.get("us"), dict):
         return entry["pick"], {"us": entry["us"], "cached": True}
     calls = make_calls()
-    times = _time_calls({name: calls[name] for name in names})
+    times = _time_calls({name: calls[name] for name in names}, before=before)
     us = {name: round(times[name] * 1e6, 1) for name in names}
     pick = min(names, key=lambda name: times[name])
     _write_kernels({full: {"pick": pick, "us": us}})
     return pick, {"us": us, "cached": False}
+
+
+def cache_evictor(nbytes: int = EVICT_BYTES) -> Callable[[], None]:
+    """A call that writes ``nbytes`` of memory, pushing what the CPU cached before out of its
+    caches, as a target pass (~540 MB of weights for SmolLM2-135M) does between draft steps:
+    timed back to back, a draft model's ~20 MB of weights would stay in a large L3 and look
+    several times cheaper than in decoding. The buffer is made on the first call and lives as
+    long as the returned call."""
+    buf: list[torch.Tensor] = []
+
+    def evict() -> None:
+        if not buf:
+            buf.append(torch.empty(nbytes // 4, dtype=torch.float32))
+        buf[0].fill_(1.0)
+    return evict
 
 
 def _eligible(mod: nn.Module) -> bool:

@@ -21,8 +21,8 @@ torch's kernels and uses it only where it is faster.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import importlib.machinery
 import importlib.util
 import os
 import platform
@@ -30,7 +30,7 @@ import sys
 import threading
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -178,26 +178,46 @@ def _build() -> Callable[..., torch.Tensor]:
     except (ImportError, OSError):
         from torch.utils.cpp_extension import load_inline, verify_ninja_availability
 
-        verify_ninja_availability()  # a clear reason, before any compiler runs
-        build.mkdir(parents=True, exist_ok=True)
-        # -fopenmp in both flags: without it at::parallel_for runs the whole loop on one thread
-        mod = load_inline(build.name, cpp_sources=ROWDOT_SOURCE,
-                          extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
-                          build_directory=str(build), verbose=False)
+        with _ninja_on_path():
+            verify_ninja_availability()  # a clear reason, before any compiler runs
+            build.mkdir(parents=True, exist_ok=True)
+            # -fopenmp in both flags: without it at::parallel_for runs the whole loop on one thread
+            mod = load_inline(build.name, cpp_sources=ROWDOT_SOURCE,
+                              extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
+                              build_directory=str(build), verbose=False)
     fn = mod.rowdot
-    x, w, b = torch.randn(3, 37), torch.randn(5, 37), torch.randn(5)  # tails in K and N
+    x, w, b = torch.randn(7, 37), torch.randn(5, 37), torch.randn(5)  # a full chunk of rows, tails in K and N
     if not torch.allclose(fn(x, w, b), torch.nn.functional.linear(x, w, b), atol=1e-4, rtol=1e-4):
         raise RuntimeError("the built kernel disagrees with F.linear")
     return fn
 
 
+@contextlib.contextmanager
+def _ninja_on_path() -> Iterator[None]:
+    """PATH with the pip ``ninja`` package's directory added while building: torch runs ``ninja``
+    from PATH, which lacks a virtual environment's ``bin`` unless it is activated."""
+    try:
+        import ninja  # the dependency in pyproject; a system ninja on PATH serves as well
+        extra = str(ninja.BIN_DIR)
+    except (ImportError, AttributeError):
+        yield
+        return
+    old = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join([p for p in (old, extra) if p])
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = old
+
+
 def _import_built(build: Path) -> types.ModuleType:
     """The extension module that ``load_inline`` built in ``build`` (ImportError if there is none)."""
-    so = build / f"{build.name}{importlib.machinery.EXTENSION_SUFFIXES[-1]}"
-    if not so.is_file():  # load_inline names it <name>.so
-        so = build / f"{build.name}.so"
-    spec = importlib.util.spec_from_file_location(build.name, so)
-    if spec is None or spec.loader is None or not so.is_file():
+    so = build / f"{build.name}.so"  # load_inline's name for it
+    spec = importlib.util.spec_from_file_location(build.name, so) if so.is_file() else None
+    if spec is None or spec.loader is None:
         raise ImportError(f"no build in {build}")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -696,4 +696,7 @@ def test_the_kernel_line_names_what_each_shape_runs():
                                                             "576x192": {"packed_rows": []}},
                           "head": {"rows": {"packed": [1, 3], "mm_t": [2]}, "beyond": "mm_t"}})
     assert line == "measured; 576x576 packed for 1-3 rows; plain 576x192; head packed 1,3, mm_t 2, beyond: mm_t"
+    line = _kernels_line({"choice": "measured", "linears": {"576x576": {"packed_rows": [1], "rowdot_rows": [2, 3]}},
+                          "head": {"rows": {"rowdot": [1, 2], "mm_t": [3]}, "beyond": "mm_t"}})
+    assert line == "measured; 576x576 packed for 1 rows, rowdot for 2-3 rows; head rowdot 1-2, mm_t 3, beyond: mm_t"
     assert _kernels_line({"choice": None}) == "plain (no CPU kernel)"

@@ -532,7 +532,8 @@ def test_measured_plain_faster_keeps_every_linear_plain(monkeypatch: pytest.Monk
     lm, ref = tiny_llama(seed=3, dtype=torch.float32), tiny_llama(seed=3, dtype=torch.float32)
     assert apply_cpu_kernels(lm.model, attention=False) == ()
     timed = {k[1] for k in fake.seen[0]}
-    assert timed == ({"plain", "packed", "mm_t"} if torch.backends.mkldnn.is_available() else {"plain", "mm_t"})
+    assert timed == ({"plain", "packed", "mm_t"} if torch.backends.mkldnn.is_available() else {"plain", "mm_t"}) \
+        | ({"rowdot"} if kernels.load_rowdot() is not None else set())
     assert not any(hasattr(m, "packed_weight") or "forward" in vars(m) for m in _linears(lm.model))
     report = kernel_report(lm)
     assert report["choice"] == "measured" and report["measured"] and report["head"]["rows"] == {"plain": list(range(1, 33))}
@@ -581,7 +582,8 @@ def test_measured_choice_goes_per_row_count(monkeypatch: pytest.MonkeyPatch, tmp
         pytest.skip("this torch build has no oneDNN")
     assert 7 not in kernels.MEASURE_ROWS
     monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
-    cost = {"plain": lambda n: n, "packed": lambda n: 6.5, "mm_t": lambda n: 0.5 if n <= 2 else 15 if n == 16 else n + 0.5}
+    cost = {"plain": lambda n: n, "packed": lambda n: 6.5, "mm_t": lambda n: 0.5 if n <= 2 else 15 if n == 16 else n + 0.5,
+            "rowdot": lambda n: 100}
     monkeypatch.setattr(kernels, "_time_calls", _fake_timer(lambda k: cost[k[1]](k[2])))
     lm, ref = tiny_llama(seed=3, dtype=torch.float32), tiny_llama(seed=3, dtype=torch.float32)
     assert apply_cpu_kernels(lm.model, attention=False) == ("fast_lm_head", "fast_small_linears")

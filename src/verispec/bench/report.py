@@ -402,9 +402,10 @@ def _kernels_line(k: dict) -> str:
     parts = [k["choice"]]
     plain = []
     for shape, v in (k.get("linears") or {}).items():
-        rows = v.get("packed_rows") or []
-        if rows:
-            parts.append(f"{shape} packed for {_ranges(rows)} rows")
+        used = [f"{name} for {_ranges(rows)} rows" for name in ("packed", "rowdot")
+                if (rows := v.get(f"{name}_rows"))]
+        if used:
+            parts.append(f"{shape} " + ", ".join(used))
         else:
             plain.append(shape)
     if plain:

@@ -8,7 +8,10 @@ place and with the same weights, for the shapes speculative decoding runs (a few
 * :func:`fast_small_linears`: every ``nn.Linear`` gets a oneDNN-packed copy of its weight
   (:func:`pack_weight`, :func:`packed_linear`), used for the few-row inputs of a verify pass;
 * :func:`gqa_attention`: HF's SDPA attention without its per-group K/V copies;
-* :func:`fp16_linear`: a float16 fbgemm copy of a weight (the EAGLE head's draft steps).
+* :func:`fp16_linear`: a float16 fbgemm copy of a weight (the EAGLE head's draft steps);
+* ``rowdot`` (:mod:`.rowdot`): a compiled float32 kernel for 1-16 rows, built on first use where
+  a C++ compiler and ninja exist, and batch-invariant (a row's output does not depend on how
+  many rows the call has).
 
 All of them are CPU-specific (oneDNN, fbgemm, MKL's behaviour, torch's CPU SDPA kernel).
 :func:`apply_cpu_kernels` is what loading calls: it installs the chosen kernels only when the
@@ -19,10 +22,11 @@ checks the device of what it is given. Measured costs are in BENCHMARKS.md ("Pas
 Which linear kernel runs for how many rows is chosen by measurement on the machine at hand
 (:func:`measured_linears`), not fixed: which one is faster depends on the CPU (AVX2 or
 AVX-512, cache sizes), the torch build and the thread count. At load, for each distinct linear
-shape of the model and for the output head, every candidate (oneDNN-packed, plain
-``F.linear``, and for the head ``(W @ x.T).T``) is timed for 1..16 rows, and each row count gets
-the fastest. The choices are kept in a JSON file (:func:`kernels_file`) keyed by CPU model,
-torch version, thread count and shape, so later loads on the same machine time nothing.
+shape of the model and for the output head, every candidate (plain ``F.linear``, oneDNN-packed,
+for the head ``(W @ x.T).T``, and for float32 weights ``rowdot`` where it builds) is timed for
+1..16 rows, and each row count gets the fastest. The choices are kept in a JSON file
+(:func:`kernels_file`) keyed by CPU model, torch version, thread count, shape and candidates,
+so later loads on the same machine time nothing (and a new candidate is timed on first use).
 ``VERISPEC_KERNEL_CHOICE=fixed`` (or ``kernel_choice="fixed"``) installs instead the fixed
 choices tuned on one AMD EPYC (:func:`fast_lm_head` + :func:`fast_small_linears`), for A/B
 comparisons. :func:`kernel_report` says what a model got.
@@ -43,6 +47,7 @@ import torch
 from torch import nn
 
 from .paths import cache_dir, machine_key, read_json, write_json
+from .rowdot import load_rowdot
 
 __all__ = [
     "KERNELS",
@@ -342,6 +347,7 @@ MEASURE_ROWS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16)  # row counts timed; the others 
 MAX_ROWS = 16  # a linear given more rows (a prefill) runs F.linear, or the head its faster unpacked path
 HEAD_MAX_ROWS = 32  # the output head: 17..32 rows take the choice measured at 16 rows
 PACKED, PLAIN, MM_T = "packed", "plain", "mm_t"  # packed_linear, F.linear, (W @ x.T).T
+ROWDOT = "rowdot"  # the compiled few-row kernel of :mod:`.rowdot` (float32, where it builds)
 _CYCLE = 4  # modules of one shape timed in turn (each call reads another weight, as a forward does)
 _REPEATS = 3  # timed calls per (shape, kernel, rows) after a warm-up; the median is kept
 _LONG_CALL_S = 2e-3  # calls this long keep their warm-up sample and may be pruned
@@ -460,7 +466,8 @@ def _plan_from_times(times: dict[str, dict[int, float]], methods: tuple[str, ...
     """Per row count 1..16 (the head: 1..32) the kernel with the least time, interpolating
     linearly between the measured row counts (:data:`MEASURE_ROWS`) and keeping the choice at
     16 rows for 17..32; ties go to the earlier method (``plain`` first). ``beyond``: what runs
-    more rows, ``plain`` for a decoder linear, for the head the faster unpacked kernel at 16 rows."""
+    more rows, ``plain`` for a decoder linear, for the head the faster of ``plain`` and ``mm_t`` at 16
+    rows (``packed`` and ``rowdot`` are timed for few rows only)."""
     def at(method: str, n: int) -> float:
         t = times[method]
         if n in t:
@@ -473,7 +480,7 @@ def _plan_from_times(times: dict[str, dict[int, float]], methods: tuple[str, ...
     beyond = PLAIN
     if is_head:
         rows += [rows[-1]] * (HEAD_MAX_ROWS - MAX_ROWS)
-        beyond = min((m for m in methods if m != PACKED), key=lambda m: at(m, MAX_ROWS))
+        beyond = min((m for m in methods if m not in (PACKED, ROWDOT)), key=lambda m: at(m, MAX_ROWS))
     us = {m: {str(n): round(times[m][n] * 1e6, 1) for n in sorted(times[m])} for m in methods}
     return {"rows": rows, "beyond": beyond, "us": us}
 
@@ -486,11 +493,16 @@ def _valid_plan(entry: object, methods: tuple[str, ...], is_head: bool) -> bool:
 
 def _planned_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """The layer's linear by the kernel its plan names for this many rows (``kernel_rows[rows-1]``,
-    else ``kernel_beyond``); the packed kernel only for float32 inputs and weights."""
+    else ``kernel_beyond``); the packed and rowdot kernels only for float32 inputs and weights
+    (rowdot not where autograd would need its gradient)."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     kind = self.kernel_rows[rows - 1] if 0 < rows <= len(self.kernel_rows) else self.kernel_beyond
     if kind == PACKED and x.dtype == torch.float32 and self.weight.dtype == torch.float32:
         out = packed_linear(x.reshape(rows, x.shape[-1]), self.packed_weight, self.bias)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+    if (kind == ROWDOT and x.dtype == torch.float32 and self.weight.dtype == torch.float32
+            and not (self.weight.requires_grad and torch.is_grad_enabled())):  # it has no backward
+        out = self.rowdot_fn(x.reshape(rows, x.shape[-1]), self.weight, self.bias)
         return out.reshape(*x.shape[:-1], out.shape[-1])
     if kind == MM_T:
         return _fast_linear_forward(self, x)
@@ -502,6 +514,10 @@ def _method_fn(mod: nn.Linear, method: str, packed: dict[int, torch.Tensor]) -> 
     if method == PACKED:
         p = packed[id(mod)]
         return lambda x: packed_linear(x, p, b)
+    if method == ROWDOT:
+        fn = load_rowdot()
+        assert fn is not None  # offered only where it built
+        return lambda x: fn(x, w, b)
     if method == MM_T:
         return lambda x: _fast_linear_forward(mod, x)
     return lambda x: nn.functional.linear(x, w, b)
@@ -514,27 +530,34 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
 
     Candidates: ``plain`` (``F.linear``) always; with ``linears``, ``packed`` (a oneDNN-packed
     float32 weight, :func:`pack_weight`); for the output head with ``head``, ``mm_t``
-    (``(W @ x.T).T``, :func:`fast_lm_head`). The modules are grouped by (in_features,
-    out_features, bias, dtype); for each group not in :func:`kernels_file` for this machine, up
+    (``(W @ x.T).T``, :func:`fast_lm_head`); for float32 weights (decoder linears with
+    ``linears``, the head with ``head`` or ``linears``), ``rowdot`` (the compiled kernel of
+    :mod:`.rowdot`, where it builds: :func:`load_rowdot`). The modules are grouped by
+    (in_features, out_features, bias, dtype); for each group not in :func:`kernels_file` for this machine, up
     to 4 of its modules are timed with each candidate on inputs of ``[n, in_features]`` for n in
     :data:`MEASURE_ROWS` (all groups in turn, so each call reads its weight from memory as in a
     forward pass; median of 3), and the choice is stored. Decoder linears run ``F.linear`` for
-    more than 16 rows; the head keeps its 16-row choice up to 32 rows and its faster unpacked
-    kernel beyond. A module whose plan is ``plain`` throughout is left untouched. Every kernel
-    computes the same linear (to float32 rounding). What was picked: :func:`kernel_report`.
+    more than 16 rows; the head keeps its 16-row choice up to 32 rows and beyond its faster of
+    ``plain`` and ``mm_t``. A module whose plan is ``plain`` throughout is left untouched. Every
+    kernel computes the same linear (to float32 rounding). What was picked: :func:`kernel_report`.
     """
     t0 = time.perf_counter()
     get_head = getattr(model, "get_output_embeddings", None)
     head_mod = get_head() if callable(get_head) else None
     can_pack = linears and torch.backends.mkldnn.is_available()
+    rowdot_fn: Callable[..., torch.Tensor] | None = None
+    if any(_eligible(m) and m.weight.dtype == torch.float32 and (linears or head and m is head_mod)
+           for m in model.modules()):  # built (or loaded) only for a model that could use it
+        rowdot_fn = load_rowdot()
     groups: dict[str, list[nn.Linear]] = {}
     group_methods: dict[str, tuple[str, ...]] = {}
     for mod in model.modules():
         if not _eligible(mod):
             continue
         is_head = mod is head_mod
-        methods = (PLAIN,) + ((PACKED,) if can_pack and mod.weight.dtype == torch.float32 else ()) \
-            + ((MM_T,) if is_head and head else ())
+        f32 = mod.weight.dtype == torch.float32
+        methods = (PLAIN,) + ((PACKED,) if can_pack and f32 else ()) + ((MM_T,) if is_head and head else ()) \
+            + ((ROWDOT,) if rowdot_fn is not None and f32 and (linears or is_head and head) else ())
         if len(methods) == 1:
             continue
         key = _shape_key(mod, is_head, methods)
@@ -562,7 +585,7 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
         gen = torch.Generator().manual_seed(0)
         calls: dict[Hashable, Callable[[], object]] = {}
         for n in MEASURE_ROWS:  # interleaved: each group's call comes between the other groups' calls
-            for method in (PLAIN, PACKED, MM_T):
+            for method in (PLAIN, PACKED, MM_T, ROWDOT):
                 for key in todo:
                     if method not in group_methods[key]:
                         continue
@@ -598,11 +621,14 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
                     del mod.packed_weight
                     uses = uses - {PACKED}
                     plan = {**plan, "rows": [PLAIN if m == PACKED else m for m in plan["rows"]]}
+            if ROWDOT in uses:  # (offered, so built: a plan's key lists its candidates)
+                mod.rowdot_fn = rowdot_fn
             mod.kernel_rows = tuple(plan["rows"])
             mod.kernel_beyond = plan["beyond"]
             mod.forward = types.MethodType(_planned_forward, mod)  # type: ignore[method-assign]
-        done |= {"fast_small_linears"} if PACKED in uses else set()
-        done |= {"fast_lm_head"} if MM_T in uses else set()
+        is_head = key.startswith("head")
+        done |= {"fast_small_linears"} if PACKED in uses or ROWDOT in uses and not is_head else set()
+        done |= {"fast_lm_head"} if MM_T in uses or ROWDOT in uses and is_head else set()
     model._verispec_kernels = {"choice": "measured", "machine": machine, "measured": todo,
                                "seconds": round(time.perf_counter() - t0, 3), "timing_seconds": round(timing_s, 3)}
     return tuple(k for k in KERNELS if k in done)
@@ -617,15 +643,15 @@ def kernel_report(model: object) -> dict:
     runs, for printing (``verispec bench``) or checking.
 
     Keys: ``choice`` (``"measured"``, ``"fixed"``, or None where no CPU kernel was chosen);
-    ``machine`` (CPU model | torch | threads the choice holds for, measured only); ``measured``
-    (the shape keys timed at this load, [] when all came from :func:`kernels_file`),
-    ``seconds`` (wall time of the measured choice at load, packing the weights included) and
-    ``timing_seconds`` (the part spent timing kernels, 0 when read from the file); ``linears``: per decoder shape
+    ``machine`` (CPU model | torch | threads the choice holds for, measured only); ``measured`` (the
+    shape keys timed at this load, [] when all came from :func:`kernels_file`), ``seconds`` (wall
+    time of the measured choice at load, packing the weights included) and ``timing_seconds`` (the
+    part spent timing kernels, 0 when read from the file); ``linears``: per decoder shape
     ``"<in>x<out>"``, ``{"modules": count, "packed_rows": [row counts 1..16 that use the packed
-    kernel]}``; ``head``: ``{"shape", "rows": {kernel: [row counts 1..32]}, "beyond": kernel for
-    more rows}`` or None; and for an EAGLE draft model ``eagle``: ``{"weights": "fp16" or
-    "fp32", "choice", "us": median microseconds of a one-row draft step's linears per weight
-    type (measured only), "cached"}``.
+    kernel], "rowdot_rows": [those that use rowdot]}``; ``head``: ``{"shape", "rows": {kernel: [row
+    counts 1..32]}, "beyond": kernel for more rows}`` or None; and for an EAGLE draft model
+    ``eagle``: ``{"weights": "fp16" or "fp32", "choice", "us": median microseconds of a one-row
+    draft step's linears per weight type (measured only), "cached"}``.
     """
     module = model if isinstance(model, nn.Module) else getattr(model, "model", None)
     if not isinstance(module, nn.Module):
@@ -657,12 +683,13 @@ def kernel_report(model: object) -> dict:
         else:
             kinds, beyond = [PLAIN] * (HEAD_MAX_ROWS if mod is head_mod else MAX_ROWS), PLAIN
         if mod is head_mod:
-            report["head"] = {"shape": shape, "rows": {k: _rows_of(kinds, k) for k in (PACKED, MM_T, PLAIN)
+            report["head"] = {"shape": shape, "rows": {k: _rows_of(kinds, k) for k in (PACKED, ROWDOT, MM_T, PLAIN)
                                                        if k in kinds}, "beyond": beyond}
         else:
-            entry = report["linears"].setdefault(shape, {"modules": 0, "packed_rows": _rows_of(kinds, PACKED)})
+            entry = report["linears"].setdefault(shape, {"modules": 0, "packed_rows": _rows_of(kinds, PACKED),
+                                                         "rowdot_rows": _rows_of(kinds, ROWDOT)})
             entry["modules"] += 1
-            if entry["packed_rows"] != _rows_of(kinds, PACKED):
+            if entry["packed_rows"] != _rows_of(kinds, PACKED) or entry["rowdot_rows"] != _rows_of(kinds, ROWDOT):
                 entry["mixed"] = True  # modules of one shape with different plans (e.g. bias or not)
     if "eagle" in meta:
         report["eagle"] = meta["eagle"]

@@ -1,0 +1,249 @@
+"""``rowdot``: a compiled CPU linear for a few rows, ``y [M, N] = x [M, K] @ W [N, K].T (+ b)``.
+
+Why: a verify pass runs each linear on 2-16 rows and on a CPU is bound by reading the weights,
+so it should cost about a one-row pass; MKL's sgemm is poorly tuned for such shapes on some CPUs
+(on one Sapphire Rapids a 5-row pass of SmolLM2-135M cost 1.5x a one-row pass). This kernel reads
+each weight row once per chunk of rows: blocks of ``NB`` = 4 weight rows, chunks of ``MR`` rows
+of ``x`` (6 with AVX-512, else 2), ``MR * NB`` vector accumulators (GCC vector extensions, 16
+floats wide with AVX-512, else 8), blocks of weight rows spread over torch's intra-op threads.
+
+Batch-invariant: each output element is one dot product summed in a fixed order (vector lanes,
+then a fixed pairwise sum of the lanes, then the scalar tail of ``K``, then the bias), whatever
+the number of rows in the call, so row ``i`` of an ``M``-row call equals, bit for bit, the
+one-row call on that row. (It differs from ``F.linear`` by float32 rounding.)
+
+It is built on first use with torch's ``load_inline`` (a C++ compiler and ninja needed; ~20-30 s
+once per machine, then loaded from verispec's cache directory). :func:`load_rowdot` returns None
+(warning once why) where it cannot be built: no compiler or ninja, not x86-64, a compile error,
+or ``$VERISPEC_NO_EXTENSIONS=1``. Float32 only; ``kernels.measured_linears`` times it against
+torch's kernels and uses it only where it is faster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import platform
+import sys
+import threading
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from .paths import cache_dir
+
+__all__ = ["ROWDOT_SOURCE", "load_rowdot", "extension_dir"]
+
+ROWDOT_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <algorithm>
+#include <optional>
+
+#if defined(__AVX512F__)
+#define VW 16  // floats per vector
+#define MR 6   // rows of x per chunk: MR * NB accumulators + NB weight vectors + 1 fit in 32 registers
+#else
+#define VW 8
+#define MR 2   // 16 registers
+#endif
+#define NB 4   // weight rows per block
+
+typedef float vf __attribute__((vector_size(VW * 4)));
+
+// Sum of the lanes in a fixed pairwise order (the same for every call).
+static inline float hsum(vf v) {
+  float s[VW];
+  __builtin_memcpy(s, &v, sizeof v);
+  for (int w = VW / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) s[i] += s[i + w];
+  return s[0];
+}
+
+// y[r, n0 + j] for r < R, j < nb: R rows of x against nb (<= NB) weight rows from n0.
+// Each output depends only on its own row of x and weight row, so R does not change it.
+template <int R>
+static void block(const float* x, int64_t K, const float* w, int64_t n0, int nb, const float* b,
+                  float* y, int64_t N) {
+  vf acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NB; ++j) acc[r][j] = (vf){};
+  int64_t k = 0;
+  for (; k + VW <= K; k += VW) {
+    vf wv[NB];
+    for (int j = 0; j < NB; ++j) {
+      if (j < nb) __builtin_memcpy(&wv[j], w + (n0 + j) * K + k, sizeof(vf));
+      else wv[j] = (vf){};
+    }
+    for (int r = 0; r < R; ++r) {
+      vf xv;
+      __builtin_memcpy(&xv, x + r * K + k, sizeof(vf));
+      for (int j = 0; j < NB; ++j) acc[r][j] += xv * wv[j];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < nb; ++j) {
+      float s = hsum(acc[r][j]);
+      for (int64_t kk = k; kk < K; ++kk) s += x[r * K + kk] * w[(n0 + j) * K + kk];  // tail of K
+      if (b) s += b[n0 + j];
+      y[r * N + n0 + j] = s;
+    }
+}
+
+template <int R>
+static inline void rest(int64_t left, const float* x, int64_t K, const float* w, int64_t n0, int nb,
+                        const float* b, float* y, int64_t N) {
+  if constexpr (R > 0) {
+    if (left == R) block<R>(x, K, w, n0, nb, b, y, N);
+    else rest<R - 1>(left, x, K, w, n0, nb, b, y, N);
+  }
+}
+
+torch::Tensor rowdot(torch::Tensor x, torch::Tensor w, std::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "rowdot: x [M, K] and w [N, K]");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "rowdot: float32 only");
+  TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "rowdot: CPU tensors only");
+  x = x.contiguous();
+  w = w.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  torch::Tensor bc;
+  const float* bp = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == N, "rowdot: float32 bias [N]");
+    bc = bias->contiguous();
+    bp = bc.data_ptr<float>();
+  }
+  auto y = torch::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, (N + NB - 1) / NB, 16, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t n0 = blk * NB;
+      const int nb = (int)std::min<int64_t>(NB, N - n0);
+      int64_t m = 0;
+      for (; m + MR <= M; m += MR) block<MR>(xp + m * K, K, wp, n0, nb, bp, yp + m * N, N);
+      rest<MR - 1>(M - m, xp + m * K, K, wp, n0, nb, bp, yp + m * N, N);
+    }
+  });
+  return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("rowdot", &rowdot, "y [M, N] = x [M, K] @ w [N, K].T (+ bias [N]), float32",
+        py::arg("x"), py::arg("w"), py::arg("bias") = py::none());
+}
+"""
+
+_lock = threading.Lock()
+_loaded: Callable[..., torch.Tensor] | None = None
+_failed: str | None = None  # why it could not be built (warned once)
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags (``-march=native`` compiles for them), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return f"{platform.processor()} {platform.platform()}"
+
+
+def _build_name() -> str:
+    """An extension name unique to the source, torch, Python and CPU: a build for another CPU is
+    never loaded (it could hold instructions this one lacks)."""
+    tag = "\n".join([ROWDOT_SOURCE, torch.__version__, sys.version, platform.machine(), _cpu_flags()])
+    return "verispec_rowdot_" + hashlib.sha256(tag.encode()).hexdigest()[:12]
+
+
+def extension_dir() -> Path:
+    """Where the compiled kernel is kept: ``extensions/<name>`` in verispec's cache directory."""
+    return cache_dir() / "extensions" / _build_name()
+
+
+def _build() -> Callable[..., torch.Tensor]:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        raise RuntimeError(f"built only for x86-64, not {platform.machine()}")
+    build = extension_dir()
+    try:  # built before (its name pins source, torch and CPU): import it without the ~2 s of checks
+        mod = _import_built(build)
+    except (ImportError, OSError):
+        from torch.utils.cpp_extension import load_inline, verify_ninja_availability
+
+        with _ninja_on_path():
+            verify_ninja_availability()  # a clear reason, before any compiler runs
+            build.mkdir(parents=True, exist_ok=True)
+            # -fopenmp in both flags: without it at::parallel_for runs the whole loop on one thread
+            mod = load_inline(build.name, cpp_sources=ROWDOT_SOURCE,
+                              extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
+                              build_directory=str(build), verbose=False)
+    fn = mod.rowdot
+    x, w, b = torch.randn(7, 37), torch.randn(5, 37), torch.randn(5)  # a full chunk of rows, tails in K and N
+    if not torch.allclose(fn(x, w, b), torch.nn.functional.linear(x, w, b), atol=1e-4, rtol=1e-4):
+        raise RuntimeError("the built kernel disagrees with F.linear")
+    return fn
+
+
+@contextlib.contextmanager
+def _ninja_on_path() -> Iterator[None]:
+    """PATH with the pip ``ninja`` package's directory added while building: torch runs ``ninja``
+    from PATH, which lacks a virtual environment's ``bin`` unless it is activated."""
+    try:
+        import ninja  # the dependency in pyproject; a system ninja on PATH serves as well
+        extra = str(ninja.BIN_DIR)
+    except (ImportError, AttributeError):
+        yield
+        return
+    old = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join([p for p in (old, extra) if p])
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = old
+
+
+def _import_built(build: Path) -> types.ModuleType:
+    """The extension module that ``load_inline`` built in ``build`` (ImportError if there is none)."""
+    so = build / f"{build.name}.so"  # load_inline's name for it
+    spec = importlib.util.spec_from_file_location(build.name, so) if so.is_file() else None
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no build in {build}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_rowdot() -> Callable[..., torch.Tensor] | None:
+    """The compiled kernel ``rowdot(x, w, bias=None)``, or None where it is unavailable.
+
+    ``x [M, K]`` (made contiguous if it is not), ``w [N, K]``, ``bias [N]`` or None, all float32
+    on the CPU -> ``y [M, N] = x @ w.T + bias``. Built once per process (and once per machine:
+    the build is kept in :func:`extension_dir`); a failure to build warns once with the reason
+    and returns None ever after. ``$VERISPEC_NO_EXTENSIONS=1`` returns None (no warning).
+    """
+    global _loaded, _failed
+    if os.environ.get("VERISPEC_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    if _loaded is not None or _failed is not None:
+        return _loaded
+    with _lock:
+        if _loaded is None and _failed is None:
+            try:
+                _loaded = _build()
+            except Exception as e:  # no compiler or ninja, a compile error, an unwritable cache, ...
+                lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+                _failed = f"{type(e).__name__}: {lines[-1] if lines else ''}"
+                warnings.warn(f"verispec: the rowdot CPU kernel is not available ({_failed}); "
+                              "torch's linears are used instead", RuntimeWarning, stacklevel=2)
+    return _loaded

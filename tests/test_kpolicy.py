@@ -149,3 +149,17 @@ def test_the_cost_table_is_kept_per_model_drafter_and_machine(tiny_target, tiny_
     data = json.loads((tmp_path / "costs.json").read_text())
     (tmp_path / "costs.json").write_text(json.dumps({k: {"verify": "x"} for k in data}))  # malformed entries
     assert measure_pass_costs(tiny_target, PromptLookupDrafter(), 5).verify.keys() == set(range(1, 6))
+
+
+def test_costs_measured_under_other_kernels_are_not_reused(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """The costs file's key holds a digest of the target's kernel plan: a plan measured again
+    (here: another kernel for one-row passes) measures the costs again."""
+    from verispec.engine import costs as costs_module
+
+    monkeypatch.setenv("VERISPEC_COSTS", str(tmp_path / "costs.json"))
+    first = costs_module._kernels_digest(tiny_target, None)
+    assert costs_module._kernels_digest(tiny_target, None) == first
+    lin = next(m for m in tiny_target.model.modules() if isinstance(m, torch.nn.Linear))
+    monkeypatch.setattr(lin, "kernel_rows", ("packed",) + ("plain",) * 15, raising=False)
+    monkeypatch.setattr(lin, "kernel_beyond", "plain", raising=False)
+    assert costs_module._kernels_digest(tiny_target, None) != first

@@ -9,6 +9,8 @@ started (same seed, same text, whatever else runs on the machine).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 import weakref
@@ -17,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from ..drafters import DraftAsk, Drafter
-from ..models import CausalLM, cache_dir, kernel_choice, machine_key, read_json, write_json
+from ..drafters import DraftAsk, Drafter, EagleDrafter, HybridDrafter
+from ..models import CausalLM, cache_dir, kernel_choice, kernel_report, machine_key, read_json, write_json
 from ..runner import KVRunner
 from ..sampling import SamplingParams
 
@@ -77,7 +79,8 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     ``drafter``: read from the costs file (:func:`costs_file`) when it holds this model, drafter
     and machine, else measured and written there, so every process on a machine uses one table."""
     disk_key = " | ".join([target.name, getattr(drafter, "name", "none"), machine_key(),
-                           f"kernels {kernel_choice()}", f"widths {max_width}", _METHOD])
+                           f"kernels {kernel_choice()} {_kernels_digest(target, drafter)}", f"widths {max_width}",
+                           _METHOD])
     stored = _stored(disk_key)
     if stored is not None:
         return stored
@@ -87,6 +90,17 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     costs = PassCosts(dict(_CACHE[key]), _draft_step(target, drafter))
     _write_costs(disk_key, {"verify": costs.verify, "draft_step": costs.draft_step})
     return costs
+
+
+def _kernels_digest(target: CausalLM, drafter: Drafter | None) -> str:
+    """A short digest of the CPU kernels the target and an EAGLE drafter run: costs measured
+    under other kernels (a plan measured again, another kind of draft weights) are not reused."""
+    plan = kernel_report(target.model)
+    parts: dict = {"linears": plan["linears"], "head": plan["head"]}
+    inner = drafter.model if isinstance(drafter, HybridDrafter) else drafter
+    if isinstance(inner, EagleDrafter) and inner.model is not None:
+        parts["eagle"] = (kernel_report(inner.model).get("eagle") or {}).get("weights")
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def costs_file() -> Path:

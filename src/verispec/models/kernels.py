@@ -650,7 +650,7 @@ def kernel_report(model: object) -> dict:
     ``"<in>x<out>"``, ``{"modules": count, "packed_rows": [row counts 1..16 that use the packed
     kernel], "rowdot_rows": [those that use rowdot]}``; ``head``: ``{"shape", "rows": {kernel: [row
     counts 1..32]}, "beyond": kernel for more rows}`` or None; and for an EAGLE draft model
-    ``eagle``: ``{"weights": "fp16" or "fp32", "choice", "us": median microseconds of a one-row
+    ``eagle``: ``{"weights": "fp32", "fp16" or "int8", "choice", "us": median microseconds of a one-row
     draft step's linears per weight type (measured only), "cached"}``.
     """
     module = model if isinstance(model, nn.Module) else getattr(model, "model", None)

@@ -292,6 +292,9 @@ def test_bench_end_to_end_writes_every_output(tiny_pair, tmp_path: Path, one_thr
             "hf ngram k=2", "hf draft k=2", "hf draft k=heuristic"} == set(cfgs)
     assert cfgs["draft k=2"]["draft_forwards"] > 0 and cfgs["draft k=2"]["c"] > 0
     assert cfgs["ngram k=2"]["vs_hf"] is not None and cfgs["ngram k=2"]["hf_config"] == "hf ngram k=2"
+    # HF's tau from its counted target passes: plain decoding emits one token per pass (the prefill's included)
+    assert cfgs["hf target-only"]["tau"] == 1.0 and cfgs["hf target-only"]["target_forwards"] == 3 * 6 * 3  # x repeats
+    assert all(cfgs[k]["tau"] >= 1.0 for k in ("hf ngram k=2", "hf draft k=2"))
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert len(rows) == 3 * len(cfgs)  # one row per prompt x config
     assert {"speedup_low", "speedup_high", "config_speedup_low", "config_speedup_high", "baseline"} <= set(rows[0])
@@ -594,10 +597,10 @@ class _FakeGenerate:
             rounds = self.calls.count(cfg.key) - 1  # minus the warm-up
             per_round = settings.repeats * 2  # two prompts
             t = self.base_passes[min(len(self.base_passes) - 1, max(0, rounds - 1) // per_round)]
-            return [1] * max_new, 10 * t, "length", _fake_stats(max_new, 10 * t, {1: [t] * 10})
+            return [1] * max_new, 10 * t, "length", _fake_stats(max_new, 10 * t, {1: [t] * 10}), None
         st = _fake_stats(max_new, 0.2, {1: [0.034] * 2, 3: [0.04] * 3}, drafted=6, accepted=4, rejected=2,
                          lengths=[2, 0, 3])
-        return [1] * max_new, 0.2, "length", st
+        return [1] * max_new, 0.2, "length", st, None
 
 
 @pytest.mark.parametrize("second, reliable", [(0.035, True), (0.197, False)])

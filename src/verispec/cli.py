@@ -43,8 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("prompt", help="the prompt text")
     g.add_argument("--target", default="smollm2-135m", help="built-in name, HF model dir or .gguf file")
     g.add_argument("--draft", default="default",
-                   help="draft model name/path, 'eagle' (the built-in EAGLE head; 'eagle:fp32' to draft with its "
-                        "float32 weights instead of float16 copies) or an EAGLE head directory, "
+                   help="draft model name/path, 'eagle' (the built-in EAGLE head; 'eagle:fp32' / 'eagle:fp16' / "
+                        "'eagle:int8' for the weights its steps read, default the fastest here) or an EAGLE head "
+                        "directory, "
                         "'ngram' (prompt lookup), 'hybrid' (prompt lookup, then smollm2-135m-draft), 'NAME+ngram', "
                         "'none' (target only) or 'default' (the fastest measured for a built-in target: eagle+ngram "
                         "for smollm2-135m; prompt lookup for any other target)")

@@ -317,9 +317,12 @@ def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, v1: float, v_
         "speedup": None, "speedup_ci": None,  # filled by analyse (it knows the baseline)
     }
     st = _sum_stats(m.stats for m in ms if m.stats is not None)
-    if st is None:  # HF: only tokens and time
-        row.update(alpha=None, draft_acceptance=None, tau=None, drafted=None, accepted=None, rejected=None,
-                   draft_forwards=None, predicted_speedup=None)
+    if st is None:  # HF: tokens, time and target passes (tau: tokens per pass, its prefill included)
+        passes = [m.hf_passes for m in ms]
+        tau = safe_ratio(sum(m.n_tokens for m in ms), sum(passes)) if ms and None not in passes else math.nan
+        row.update(alpha=None, draft_acceptance=None, tau=_nan_to_none(tau), drafted=None, accepted=None,
+                   rejected=None, draft_forwards=None, predicted_speedup=None,
+                   target_forwards=sum(passes) if None not in passes else None)
         return row
     alpha = safe_ratio(st["accepted"], st["accepted"] + st["rejected"])  # per tested token (Leviathan)
     tau = safe_ratio(st["emitted"], st["row_steps"])

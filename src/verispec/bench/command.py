@@ -29,8 +29,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--target", default=DEFAULT_TARGET, help=f"target model name or path (default {DEFAULT_TARGET})")
     g.add_argument("--draft", action="append", metavar="DRAFT",
                    help="drafter, repeatable: a draft model name/path, an EAGLE head ('eagle' = the built-in "
-                        "one, or a directory; HEAD:fp32 / HEAD:fp16 / HEAD:int8 for the weights its steps read, default "
-                        "fp16 where available), 'ngram' (prompt lookup), 'hybrid' (prompt lookup, then "
+                        "one, or a directory; HEAD:fp32 / HEAD:fp16 / HEAD:int8 for the weights its steps read, "
+                        "default the fastest here), 'ngram' (prompt lookup), 'hybrid' (prompt lookup, then "
                         f"{DEFAULT_DRAFT_MODEL}), 'NAME+ngram' (prompt lookup, then NAME), 'default' (generate's default "
                         "for the target) or 'none' (target-only only). Default: ngram, plus each shipped draft "
                         "model behind it (default target only)")

@@ -54,8 +54,13 @@ def hf_supports(draft: CausalLM | None) -> str | None:
 
 @torch.inference_mode()
 def hf_generate(target: CausalLM, ids: list[int], max_new_tokens: int, sampling: SamplingParams,
-                setting: HFSetting, draft: CausalLM | None = None) -> tuple[list[int], float]:
-    """Generate from prompt ids with HF; returns (new token ids, wall seconds)."""
+                setting: HFSetting, draft: CausalLM | None = None) -> tuple[list[int], float, int]:
+    """Generate from prompt ids with HF; returns (new token ids, wall seconds, target passes).
+
+    Target passes are the calls of the target's forward (the prefill, which emits the first
+    token, included), counted by a hook for the call: tokens / passes is HF's tau, comparable
+    with verispec's (whose prefill emits nothing and whose every step emits), so a gap between
+    the two engines splits into tokens per pass and time per pass."""
     model = target.model
     input_ids = torch.tensor([ids], dtype=torch.int64, device=model.device)
     kw: dict = dict(
@@ -89,17 +94,20 @@ def hf_generate(target: CausalLM, ids: list[int], max_new_tokens: int, sampling:
         torch.manual_seed(sampling.seed)
     verbosity = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()  # HF warns about its own defaults on every call
+    passes = [0]
+    hook = model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
     try:
         t0 = time.perf_counter()
         out = model.generate(input_ids, **kw)
         wall = time.perf_counter() - t0
     finally:
+        hook.remove()
         transformers.utils.logging.set_verbosity(verbosity)
         if restore:
             gc = draft.model.generation_config  # type: ignore[union-attr]
             for key, value in restore.items():
                 setattr(gc, key, value)
-    return out[0, len(ids):].tolist(), wall
+    return out[0, len(ids):].tolist(), wall, passes[0]
 
 
 def _pad_id(lm: CausalLM) -> int | None:

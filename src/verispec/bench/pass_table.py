@@ -5,8 +5,8 @@ n tokens costs relative to a one-token pass, v(n)/v(1) for n = 1..16, and what o
 costs, c = draft step / v(1). These are the numbers ``k="auto"`` weighs
 (:mod:`verispec.engine.costs`): measured once per model, drafter and machine before the run,
 on one row after a short context, each draft step right after a target pass (as in decoding,
-where the pass has pushed the draft model's weights out of the CPU's caches). The goals of the project (v(5)/v(1) <= 1.2, v(9)/v(1) <= 1.4,
-an EAGLE head's c <= 0.06) are checked against them.
+where the pass has pushed the draft model's weights out of the CPU's caches). The goals of the
+project (v(5)/v(1) <= 1.2, v(9)/v(1) <= 1.4, an EAGLE head's c <= 0.06) are checked against them.
 """
 
 from __future__ import annotations

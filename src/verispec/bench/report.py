@@ -84,11 +84,11 @@ def print_report(report: dict, console: Console) -> None:
     hf = [r for r in rows if r["engine"] == "hf"]
     if hf:
         h = Table(title="HuggingFace generate (same model objects, prompts and settings, interleaved)")
-        for col in ("config", "HF setting", "tok/s", f"speedup over {ref} [95% CI]", "equal to target-only"):
+        for col in ("config", "HF setting", "tok/s", "tau", f"speedup over {ref} [95% CI]", "equal to target-only"):
             h.add_column(col, justify="left" if col in ("config", "HF setting") else "right")
         for r in hf:
             eq = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "-"}[r["outputs_equal"]]
-            h.add_row(r["config"], r["hf_setting"] or "plain greedy/sampling", _f(r["tokens_per_s"]),
+            h.add_row(r["config"], r["hf_setting"] or "plain greedy/sampling", _f(r["tokens_per_s"]), _f(r.get("tau")),
                       "1.00 (baseline)" if r.get("reference") else _x(r["speedup"], r.get("speedup_ci")), eq)
         console.print(h)
 

@@ -88,6 +88,7 @@ class Measurement:
     wall: float
     finish_reason: str
     stats: GenerationStats | None = None  # verispec runs only
+    hf_passes: int | None = None  # HF runs only: target forward calls, the prefill included
 
     @property
     def n_tokens(self) -> int:
@@ -192,9 +193,10 @@ def run_benchmark(target: CausalLM, drafters: Sequence[DrafterSpec], prompts: Se
                     if on_step:
                         on_step(f"{cfg.key} | {p.id} | repeat {r + 1}/{settings.repeats}", done, total)
                     # The same seed per prompt for every config and repeat: outputs comparable.
-                    tokens, wall, reason, stats = _generate(cfg, target, ids[p.id], settings.max_new_tokens,
-                                                            settings, seed=settings.seed + i)
-                    run.measurements.append(Measurement(p.id, p.category, cfg.key, r, tokens, wall, reason, stats))
+                    tokens, wall, reason, stats, passes = _generate(cfg, target, ids[p.id], settings.max_new_tokens,
+                                                                    settings, seed=settings.seed + i)
+                    run.measurements.append(Measurement(p.id, p.category, cfg.key, r, tokens, wall, reason, stats,
+                                                        passes))
                     done += 1
     except KeyboardInterrupt:
         run.partial = True
@@ -227,8 +229,8 @@ def _check_baseline(run: BenchRun, target: CausalLM, ids: dict[str, list[int]],
             for i, p in enumerate(run.prompts):
                 if on_step:
                     on_step(f"re-measure {base.key} | {p.id} | repeat {r + 1}/{settings.repeats}", done, total + extra)
-                tokens, wall, reason, stats = _generate(base, target, ids[p.id], settings.max_new_tokens, settings,
-                                                        seed=settings.seed + i)
+                tokens, wall, reason, stats, _ = _generate(base, target, ids[p.id], settings.max_new_tokens, settings,
+                                                           seed=settings.seed + i)
                 fresh.append(Measurement(p.id, p.category, base.key, r, tokens, wall, reason, stats))
                 done += 1
     except KeyboardInterrupt:  # keep the first measurement: it is complete, the re-measure is not
@@ -240,15 +242,16 @@ def _check_baseline(run: BenchRun, target: CausalLM, ids: dict[str, list[int]],
 
 
 def _generate(cfg: BenchConfig, target: CausalLM, ids: list[int], max_new: int, settings: BenchSettings,
-              seed: int) -> tuple[list[int], float, str, GenerationStats | None]:
+              seed: int) -> tuple[list[int], float, str, GenerationStats | None, int | None]:
+    """One generation: tokens, wall seconds, finish reason, verispec's stats or HF's target passes."""
     s = settings.sampling
     sampling = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=seed)
     if cfg.engine == "verispec":
         assert cfg.decoder is not None
         res = cfg.decoder.generate([ids], max_new, sampling)
-        return res.token_ids[0], res.stats.wall, res.finish_reasons[0], res.stats
+        return res.token_ids[0], res.stats.wall, res.finish_reasons[0], res.stats, None
     assert cfg.hf is not None
-    tokens, wall = hf_generate(target, ids, max_new, sampling, cfg.hf, cfg.draft_lm)
+    tokens, wall, passes = hf_generate(target, ids, max_new, sampling, cfg.hf, cfg.draft_lm)
     reason = "eos" if tokens and tokens[-1] in target.eos_token_ids else "length"
-    return tokens, wall, reason, None
+    return tokens, wall, reason, None, passes
 

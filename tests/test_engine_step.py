@@ -256,3 +256,19 @@ def test_bench_parses_specs_through_the_registry(tiny_target, registered_toy):
 def test_register_refuses_names_specs_cannot_carry(name):
     with pytest.raises(ValueError, match="drafter name"):
         register(name, RepeatLastDrafter)
+
+
+def test_argmax_tokens_take_the_lowest_id_on_ties_and_refuse_broken_logits():
+    """The all-greedy path's argmax: as ``logits_to_probs`` would take it (first maximum, ids past
+    the engine's V ignored), and NaN / +inf / an all -inf row refused as there."""
+    from verispec.engine.step import _argmax_tokens
+
+    logits = torch.tensor([[[0.0, 2.0, 2.0, 9.0], [1.0, 1.0, 1.0, 1.0]]])  # [1, 2, 4]
+    assert _argmax_tokens(logits, 3).tolist() == [[1, 0]]  # id 3 lies past V = 3
+    for bad in (float("nan"), float("inf")):
+        broken = logits.clone()
+        broken[0, 1, 2] = bad
+        with pytest.raises(ValueError, match="NaN or \\+inf"):
+            _argmax_tokens(broken, 3)
+    with pytest.raises(ValueError, match="entirely -inf"):
+        _argmax_tokens(torch.full((1, 1, 4), float("-inf")), 4)

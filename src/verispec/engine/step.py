@@ -256,10 +256,12 @@ def _all_greedy(state: BatchState) -> bool:
 
 def _argmax_tokens(logits: torch.Tensor, V: int) -> torch.Tensor:
     """``[B, N+1]`` argmax of the logits over the engine's first V ids (the lowest id on ties, as
-    :func:`verispec.logits_to_probs` takes it); NaN logits raise as there."""
-    if torch.isnan(logits).any() or torch.isposinf(logits).any():
-        raise ValueError("logits contain NaN or +inf (a broken model or overflow)")
-    return logits[..., :V].argmax(-1)
+    :func:`verispec.logits_to_probs` takes it); NaN, +inf or an all -inf row raise as there.
+    One read of the logits: ``max`` propagates NaN, so only the row maxima need checking."""
+    top, index = logits[..., :V].max(-1)  # [B, N+1] each: the first maximum's value and id
+    if not bool(torch.isfinite(top).all()):
+        raise ValueError("logits contain NaN or +inf, or a row is entirely -inf (a broken model or overflow)")
+    return index
 
 
 def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:

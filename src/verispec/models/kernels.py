@@ -493,20 +493,41 @@ def _valid_plan(entry: object, methods: tuple[str, ...], is_head: bool) -> bool:
 
 def _planned_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """The layer's linear by the kernel its plan names for this many rows (``kernel_rows[rows-1]``,
-    else ``kernel_beyond``); the packed and rowdot kernels only for float32 inputs and weights
-    (rowdot not where autograd would need its gradient)."""
+    else ``kernel_beyond``), through the calls :func:`_kernel_calls` bound at install: this runs
+    ~200 times per target pass, so it does no attribute lookups of its own."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    kind = self.kernel_rows[rows - 1] if 0 < rows <= len(self.kernel_rows) else self.kernel_beyond
-    if kind == PACKED and x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-        out = packed_linear(x.reshape(rows, x.shape[-1]), self.packed_weight, self.bias)
+    calls = self.kernel_calls
+    return (calls[rows - 1] if 0 < rows <= len(calls) else self.kernel_beyond_call)(x)
+
+
+def _kernel_calls(mod: nn.Linear, rowdot_fn: Callable[..., torch.Tensor] | None
+                  ) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """``x [..., in] -> [..., out]`` per kernel name for ``mod``: the packed and rowdot kernels
+    only for float32 inputs and weights (rowdot not where autograd would need its gradient: it
+    has no backward), else ``F.linear``. They hold the module's Parameter objects, so in-place
+    changes (``.to(dtype)``, loading a state dict) are seen."""
+    w, b = mod.weight, mod.bias
+    f32 = torch.float32
+    linear = nn.functional.linear
+
+    def plain(x: torch.Tensor) -> torch.Tensor:
+        return linear(x, w, b)
+
+    def packed(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype is not f32 or w.dtype is not f32:
+            return linear(x, w, b)
+        out = packed_linear(x.reshape(-1, x.shape[-1]), mod.packed_weight, b)
         return out.reshape(*x.shape[:-1], out.shape[-1])
-    if (kind == ROWDOT and x.dtype == torch.float32 and self.weight.dtype == torch.float32
-            and not (self.weight.requires_grad and torch.is_grad_enabled())):  # it has no backward
-        out = self.rowdot_fn(x.reshape(rows, x.shape[-1]), self.weight, self.bias)
+
+    def rowdot(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype is not f32 or w.dtype is not f32 or (w.requires_grad and torch.is_grad_enabled()):
+            return linear(x, w, b)
+        out = rowdot_fn(x.reshape(-1, x.shape[-1]), w, b)
         return out.reshape(*x.shape[:-1], out.shape[-1])
-    if kind == MM_T:
-        return _fast_linear_forward(self, x)
-    return nn.functional.linear(x, self.weight, self.bias)
+
+    def mm_t(x: torch.Tensor) -> torch.Tensor:
+        return _fast_linear_forward(mod, x)
+    return {PLAIN: plain, PACKED: packed, ROWDOT: rowdot, MM_T: mm_t}
 
 
 def _method_fn(mod: nn.Linear, method: str, packed: dict[int, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -625,6 +646,9 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
                 mod.rowdot_fn = rowdot_fn
             mod.kernel_rows = tuple(plan["rows"])
             mod.kernel_beyond = plan["beyond"]
+            calls = _kernel_calls(mod, rowdot_fn)
+            mod.kernel_calls = tuple(calls[k] for k in mod.kernel_rows)
+            mod.kernel_beyond_call = calls[mod.kernel_beyond]
             mod.forward = types.MethodType(_planned_forward, mod)  # type: ignore[method-assign]
         is_head = key.startswith("head")
         done |= {"fast_small_linears"} if PACKED in uses or ROWDOT in uses and not is_head else set()

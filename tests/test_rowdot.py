@@ -154,7 +154,7 @@ def test_measured_rowdot_runs_every_linear(rd, monkeypatch: pytest.MonkeyPatch, 
     assert kernels.apply_cpu_kernels(lm.model, attention=False) == ("fast_lm_head", "fast_small_linears")
     assert len(seen) == 2 and {key[1] for key in seen[1]} >= {"plain", "rowdot"}  # timed again
     new_keys = set(json.loads(path.read_text())["entries"]) - old_keys
-    assert len(new_keys) == 5 and all(key.endswith(",rowdot]") for key in new_keys)
+    assert len(new_keys) == 5 and all(key.endswith(f",rowdot {rowdot.ROWDOT_VERSION}]") for key in new_keys)
 
     report = kernels.kernel_report(lm)
     assert all(v["rowdot_rows"] == list(range(1, 17)) and v["packed_rows"] == [] for v in report["linears"].values())

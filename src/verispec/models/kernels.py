@@ -47,7 +47,7 @@ import torch
 from torch import nn
 
 from .paths import cache_dir, machine_key, read_json, write_json
-from .rowdot import load_rowdot
+from .rowdot import ROWDOT_VERSION, load_rowdot
 
 __all__ = [
     "KERNELS",
@@ -455,11 +455,13 @@ def _eligible(mod: nn.Module) -> bool:
 
 
 def _shape_key(mod: nn.Linear, is_head: bool, methods: tuple[str, ...]) -> str:
-    """``"linear 576x1536 float32 [plain,packed]"``: in x out features, bias, dtype, candidates."""
+    """``"linear 576x1536 float32 [plain,packed]"``: in x out features, bias, dtype, candidates
+    (rowdot with its source's digest, :data:`ROWDOT_VERSION`)."""
     kind = "head" if is_head else "linear"
     bias = " bias" if mod.bias is not None else ""
     dtype = str(mod.weight.dtype).removeprefix("torch.")
-    return f"{kind} {mod.in_features}x{mod.out_features}{bias} {dtype} [{','.join(methods)}]"
+    names = [f"{m} {ROWDOT_VERSION}" if m == ROWDOT else m for m in methods]
+    return f"{kind} {mod.in_features}x{mod.out_features}{bias} {dtype} [{','.join(names)}]"
 
 
 def _plan_from_times(times: dict[str, dict[int, float]], methods: tuple[str, ...], is_head: bool) -> dict:

@@ -37,7 +37,7 @@ import torch
 
 from .paths import cache_dir
 
-__all__ = ["ROWDOT_SOURCE", "load_rowdot", "extension_dir"]
+__all__ = ["ROWDOT_SOURCE", "ROWDOT_VERSION", "load_rowdot", "extension_dir"]
 
 ROWDOT_SOURCE = r"""
 #include <torch/extension.h>
@@ -144,6 +144,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 _lock = threading.Lock()
 _loaded: Callable[..., torch.Tensor] | None = None
 _failed: str | None = None  # why it could not be built (warned once)
+
+
+#: A digest of the kernel's source: measured kernel plans that offered rowdot name it, so a
+#: changed kernel is timed again rather than trusted on another kernel's timings.
+ROWDOT_VERSION = hashlib.sha256(ROWDOT_SOURCE.encode()).hexdigest()[:8]
 
 
 def _cpu_flags() -> str:

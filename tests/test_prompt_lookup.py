@@ -100,7 +100,8 @@ def test_auto_lets_a_long_copy_run_past_the_start_k(tiny_target):
     text = "one two three four five six seven eight nine ten " * 3
     ref = SpeculativeDecoder(tiny_target, None).generate([text], 40, GREEDY).token_ids
     for drafter in (PromptLookupDrafter(), HybridDrafter(ModelDrafter(tiny_target))):
-        dec = SpeculativeDecoder(tiny_target, drafter, k="auto", max_k=12)
+        dec = SpeculativeDecoder(tiny_target, drafter, k="auto", max_k=12,  # costs fixed: timing-independent
+                                 costs=PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 17)}, draft_step=0.02))
         res = dec.generate([text], 40, GREEDY)
         assert res.token_ids == ref
         assert max(res.stats.k_history) > 4

@@ -37,7 +37,8 @@ from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .models import CausalLM, ModelLoadError
-from .models.kernels import cache_evictor, fp16_linear, int8_linear, kernel_choice, measured_choice, pack_weight, packed_linear
+from .models.kernels import (cache_evictor, fp16_linear, int8_linear, kernel_choice, measured_choice, pack_weight,
+                             packed_linear)
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
            "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
@@ -171,7 +172,8 @@ class _FastStep:
     rows goes through a oneDNN-packed copy of its weight, or with ``weights="fp16"`` every matmul
     through a float16 copy (:func:`verispec.models.kernels.fp16_linear`; float32 in, out and
     accumulation), with ``weights="int8"`` through an int8 copy with a scale per output row
-    (:func:`verispec.models.kernels.int8_linear`; inputs rounded to bfloat16). Other dtypes use ``F.linear``, and so does every matmul on any other device.
+    (:func:`verispec.models.kernels.int8_linear`; inputs rounded to bfloat16). Other dtypes use
+    ``F.linear``, and so does every matmul on any other device.
     The copies are made at construction: bind again after changing the head.
     """
 

@@ -386,7 +386,7 @@ def _time_calls(calls: dict[Hashable, Callable[[], object]], repeats: int = _REP
     Then ``repeats`` rounds; with ``rivals`` (call -> what it competes with) a call that took
     over :data:`_LONG_CALL_S` and :data:`_PRUNE` times its fastest rival's time in round 0 is
     not run again (it cannot win; its round-0 time stands). ``before``, if given, runs untimed
-    before every call (e.g. :func:`evict_caches`, to time calls as they run after a target pass)."""
+    before every call (e.g. :func:`cache_evictor`, to time calls as they run after a target pass)."""
     keys = list(calls)
     first: dict[Hashable, float] = {}
     with torch.inference_mode():
@@ -502,12 +502,13 @@ def _planned_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return (calls[rows - 1] if 0 < rows <= len(calls) else self.kernel_beyond_call)(x)
 
 
-def _kernel_calls(mod: nn.Linear, rowdot_fn: Callable[..., torch.Tensor] | None
-                  ) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
-    """``x [..., in] -> [..., out]`` per kernel name for ``mod``: the packed and rowdot kernels
-    only for float32 inputs and weights (rowdot not where autograd would need its gradient: it
-    has no backward), else ``F.linear``. They hold the module's Parameter objects, so in-place
-    changes (``.to(dtype)``, loading a state dict) are seen."""
+def _kernel_calls(mod: nn.Linear, rowdot_fn: Callable[..., torch.Tensor] | None,
+                  packed_weight: torch.Tensor | None = None) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """``x [..., in] -> [..., out]`` per kernel name for ``mod`` (what is timed and what is
+    installed): the packed kernel (on ``packed_weight``) and rowdot only for float32 inputs and
+    weights (rowdot not where autograd would need its gradient: it has no backward), else
+    ``F.linear``. They hold the module's Parameter objects, so in-place changes (``.to(dtype)``,
+    loading a state dict) are seen."""
     w, b = mod.weight, mod.bias
     f32 = torch.float32
     linear = nn.functional.linear
@@ -518,7 +519,7 @@ def _kernel_calls(mod: nn.Linear, rowdot_fn: Callable[..., torch.Tensor] | None
     def packed(x: torch.Tensor) -> torch.Tensor:
         if x.dtype is not f32 or w.dtype is not f32:
             return linear(x, w, b)
-        out = packed_linear(x.reshape(-1, x.shape[-1]), mod.packed_weight, b)
+        out = packed_linear(x.reshape(-1, x.shape[-1]), packed_weight, b)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     def rowdot(x: torch.Tensor) -> torch.Tensor:
@@ -530,20 +531,6 @@ def _kernel_calls(mod: nn.Linear, rowdot_fn: Callable[..., torch.Tensor] | None
     def mm_t(x: torch.Tensor) -> torch.Tensor:
         return _fast_linear_forward(mod, x)
     return {PLAIN: plain, PACKED: packed, ROWDOT: rowdot, MM_T: mm_t}
-
-
-def _method_fn(mod: nn.Linear, method: str, packed: dict[int, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
-    w, b = mod.weight.detach(), None if mod.bias is None else mod.bias.detach()
-    if method == PACKED:
-        p = packed[id(mod)]
-        return lambda x: packed_linear(x, p, b)
-    if method == ROWDOT:
-        fn = load_rowdot()
-        assert fn is not None  # offered only where it built
-        return lambda x: fn(x, w, b)
-    if method == MM_T:
-        return lambda x: _fast_linear_forward(mod, x)
-    return lambda x: nn.functional.linear(x, w, b)
 
 
 def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = True) -> tuple[str, ...]:
@@ -614,7 +601,7 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
                         continue
                     mods = groups[key][:_CYCLE]
                     x = torch.randn(n, mods[0].in_features, generator=gen).to(mods[0].weight.dtype)
-                    fns = [_method_fn(mod, method, packed) for mod in mods]
+                    fns = [_kernel_calls(mod, rowdot_fn, packed.get(id(mod)))[method] for mod in mods]
 
                     def sweep(fns: list = fns, x: torch.Tensor = x) -> None:
                         for f in fns:
@@ -644,11 +631,9 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
                     del mod.packed_weight
                     uses = uses - {PACKED}
                     plan = {**plan, "rows": [PLAIN if m == PACKED else m for m in plan["rows"]]}
-            if ROWDOT in uses:  # (offered, so built: a plan's key lists its candidates)
-                mod.rowdot_fn = rowdot_fn
             mod.kernel_rows = tuple(plan["rows"])
             mod.kernel_beyond = plan["beyond"]
-            calls = _kernel_calls(mod, rowdot_fn)
+            calls = _kernel_calls(mod, rowdot_fn, getattr(mod, "packed_weight", None))
             mod.kernel_calls = tuple(calls[k] for k in mod.kernel_rows)
             mod.kernel_beyond_call = calls[mod.kernel_beyond]
             mod.forward = types.MethodType(_planned_forward, mod)  # type: ignore[method-assign]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["cache_dir", "cpu_name", "machine_key", "read_json", "write_json"]
+__all__ = ["cache_dir", "cpu_name", "cpuinfo_field", "machine_key", "read_json", "write_json"]
 
 
 def cache_dir() -> Path:
@@ -21,15 +21,21 @@ def cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "verispec"
 
 
-def cpu_name() -> str:
-    """The CPU's model name (``lscpu``'s "Model name", read from /proc/cpuinfo where it exists)."""
+def cpuinfo_field(name: str) -> str | None:
+    """The first ``name`` line of /proc/cpuinfo (e.g. "model name", "flags"), or None where there
+    is no such file or line."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(name):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``lscpu``'s "Model name", read from /proc/cpuinfo where it exists)."""
+    return cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
 def machine_key() -> str:

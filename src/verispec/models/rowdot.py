@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from .paths import cache_dir
+from .paths import cache_dir, cpuinfo_field
 
 __all__ = ["ROWDOT_SOURCE", "ROWDOT_VERSION", "load_rowdot", "extension_dir"]
 
@@ -153,13 +153,7 @@ ROWDOT_VERSION = hashlib.sha256(ROWDOT_SOURCE.encode()).hexdigest()[:8]
 
 def _cpu_flags() -> str:
     """The CPU's feature flags (``-march=native`` compiles for them), else what platform knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return f"{platform.processor()} {platform.platform()}"
+    return cpuinfo_field("flags") or f"{platform.processor()} {platform.platform()}"
 
 
 def _build_name() -> str:

@@ -1,5 +1,5 @@
 """The per-family instruction builders: each is a pure function of (sources, rng, n) that returns
-``n`` candidate :class:`Candidate` s (text + source id) of one task family.
+``n`` candidates (:class:`Candidate`: text + source id) of one task family.
 
 The families are those of the benchmark workloads (:data:`verispec.workloads.BUILTIN_WORKLOADS`):
 ``chat``, ``qa``, ``summarization``, ``translation``, ``math``, ``rag``, ``code`` and ``grounded``.

@@ -264,7 +264,7 @@ RECIPIENTS = (
 
 EMAIL_TEMPLATES = (
     "Write an email to {r} to {p}.",
-    "Candidate a short and polite message to {r} to {p}.",
+    "Draft a short and polite message to {r} to {p}.",
     "Help me write a friendly email to {r}: I want to {p}.",
     "Write a formal email to {r} in which I {p}.",
     "Compose a brief text message to {r} to {p}. Keep it under 60 words.",

@@ -19,7 +19,7 @@ from verispec.eagle import load_eagle_head
 from verispec.engine import SpeculativeDecoder
 from verispec.models import DRAFT_DIR, CausalLM, _slice_head, load_causal_lm
 from verispec.sampling import SamplingParams
-from verispec.testing import save_tiny_llama, tiny_llama
+from verispec.testing import EOS_ID, save_tiny_llama, tiny_llama
 
 TINY = dict(arch="llama-l1-h32-i64", vocab_size=24, label_tokens=512, self_distill_prompts=4, stdlib=False,
             shard_seqs=4, gen_batch=4, heldout_tokens=256, heldout_prompts=4, seq_len=64, prompt_len=16,
@@ -125,18 +125,25 @@ def test_reduced_vocab_draft_is_exact_greedy() -> None:
 
 
 def test_reduced_vocab_draft_first_token_g_test() -> None:
-    """The first emitted token (after one drafted, verified token) is distributed as the target's p."""
+    """The first drafted token's slot (token 1: token 0 comes from the prefill, then one drafted,
+    verified token) is distributed as the target's law there, sum over x of p(x) p(. | x)."""
     target = tiny_llama(vocab_size=64, hidden=32, layers=2, seed=1, dtype=torch.float64)
     vmap = torch.arange(4, 64, 3)
     dec = SpeculativeDecoder(target, ModelDrafter(_reduced_draft(vmap)), k=1)
     prompt = dec.encode(["abc d"])[0]
     n = 3000
-    res = dec.generate([prompt] * n, 2, SamplingParams(temperature=1.0), seeds=list(range(n)))
+    res = dec.generate([prompt] * n, 3, SamplingParams(temperature=1.0), seeds=list(range(n)))
     assert res.stats.drafted > 0 and res.stats.accepted < res.stats.drafted  # both branches taken
-    first = torch.tensor([t[0] for t in res.token_ids])
+    ended = 64  # the outcome "token 0 was EOS: no token 1"
+    second = torch.tensor([t[1] if len(t) > 1 else ended for t in res.token_ids])
     with torch.no_grad():
-        p = torch.softmax(target.model(torch.tensor([prompt])).logits[0, -1], -1)
-    counts = torch.bincount(first, minlength=64).double()
+        p0 = torch.softmax(target.model(torch.tensor([prompt])).logits[0, -1], -1)  # [V]
+        ctx = torch.tensor([prompt + [x] for x in range(64)])
+        p_next = torch.softmax(target.model(ctx).logits[:, -1], -1)  # [V, V]
+    going = p0.clone()
+    going[EOS_ID] = 0.0
+    p = torch.cat([going @ p_next, p0[EOS_ID, None]])  # [V + 1]: token 1's law
+    counts = torch.bincount(second, minlength=65).double()
     expected = p * n
     big = expected >= 5
     obs = torch.cat([counts[big], counts[~big].sum()[None]])

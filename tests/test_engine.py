@@ -61,8 +61,8 @@ def test_target_as_its_own_draft_accepts_everything(tiny_target):
     assert res.finish_reasons == ["length"]  # this seed emits no EOS
     assert st.accepted == st.drafted > 0
     assert st.alpha == 1.0
-    # 26 tokens = 5 full iterations of K+1 = 5, then 1 bonus-only step.
-    assert st.target_forwards == 6 and res.stats.k_history == [4, 4, 4, 4, 4]
+    # 26 tokens = the prefill's first token, then 5 full iterations of K+1 = 5.
+    assert st.target_forwards == 5 and res.stats.k_history == [4, 4, 4, 4, 4] and st.row_steps == 6
     assert len(res.token_ids[0]) == 26
 
 
@@ -85,25 +85,25 @@ def test_gumbel_text_equals_target_only_with_same_seed(tiny_target, tiny_draft):
             assert got.token_ids == want, (kind, k)
 
 
-def _first_two_law(lm, prompt_ids, sp):
-    """Exact law of the first two generated tokens of target-only sampling (EOS ends the sequence)."""
-    model = lm.model
+def _first_tokens_law(lm, prompt_ids, sp, n=2):
+    """Exact law of the first ``n`` generated tokens of target-only sampling (EOS ends the sequence)."""
+    law = {(): 1.0}
     with torch.inference_mode():
-        p1 = logits_to_probs(model(torch.tensor([prompt_ids])).logits[0, -1], sp)
-        V = p1.numel()
-        ctx = torch.tensor([prompt_ids + [x] for x in range(V)])
-        p2 = logits_to_probs(model(ctx).logits[:, -1], sp)  # [V, V]
-    law = {}
-    for x in range(V):
-        if p1[x] == 0:
-            continue
-        if x == EOS_ID:
-            law[(x,)] = float(p1[x])
-            continue
-        for y in range(V):
-            if p2[x, y] > 0:
-                law[(x, y)] = float(p1[x] * p2[x, y])
+        for _ in range(n):
+            grow = [seq for seq in law if not seq or seq[-1] != EOS_ID]
+            if not grow:
+                break
+            ctx = torch.tensor([list(prompt_ids) + list(seq) for seq in grow])
+            p = logits_to_probs(lm.model(ctx).logits[:, -1], sp)  # [len(grow), V]
+            for i, seq in enumerate(grow):
+                mass = law.pop(seq)
+                law.update({(*seq, x): mass * float(p[i, x]) for x in range(p.shape[1]) if p[i, x] > 0})
     return law
+
+
+def _first_two_law(lm, prompt_ids, sp):
+    """Exact law of the first two generated tokens of target-only sampling."""
+    return _first_tokens_law(lm, prompt_ids, sp, 2)
 
 
 def _g_test(samples, law, min_expected=5.0):
@@ -134,12 +134,15 @@ CHEAP_PASSES = PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 17)}, draft_
 # rerun, as the seeds are fixed).
 @pytest.mark.parametrize("kind", ["none", "model", "ngram", "hybrid", "eagle", "eagle-vmap", "gumbel-model",
                                   "gumbel-eagle-vmap", "ngram-auto", "hybrid-auto"])
-def test_sampling_distribution_of_first_two_tokens(kind):
+def test_sampling_distribution_of_first_tokens(kind):
+    """The first three tokens follow the target's law exactly: the first from the prefill, the
+    next two from a step that verifies one draft (the room a 3-token request leaves) and adds the
+    bonus, so the verifier's accept, residual and bonus draws all shape the outcome."""
     target = tiny_llama(vocab_size=16, seed=5, dtype=torch.float64, initializer_range=0.4)
     draft = tiny_llama(vocab_size=16, seed=6, layers=1, dtype=torch.float64, initializer_range=0.4)
     sp = SamplingParams(temperature=1.0)
     prompt = target.tokenizer("abcab")["input_ids"]
-    law = _first_two_law(target, prompt, sp)
+    law = _first_tokens_law(target, prompt, sp, 3)
     method = "gumbel" if kind.startswith("gumbel") else "exact"
     name = kind.replace("gumbel-", "").replace("-auto", "")
     drafter = None if kind == "none" else drafters(draft, target)[name]
@@ -148,11 +151,35 @@ def test_sampling_distribution_of_first_two_tokens(kind):
     # fixed cost table where drafting pays (a table measured on a busy machine may say it never does)
     dec = SpeculativeDecoder(target, drafter, k="auto" if kind.endswith("-auto") else 2, method=method,
                              costs=CHEAP_PASSES)
-    res = dec.generate([prompt] * n, 2, sp, seeds=list(range(10_000, 10_000 + n)))
+    res = dec.generate([prompt] * n, 3, sp, seeds=list(range(10_000, 10_000 + n)))
     samples = [tuple(t) for t in res.token_ids]
     assert _g_test(samples, law) > 1e-4
     if drafter is not None:
         assert res.stats.drafted > 0
+
+
+def test_g_test_of_first_tokens_catches_a_verifier_that_accepts_every_draft(monkeypatch):
+    """The three-token check above fails when the engine's verifier is wrong: here every draft
+    is accepted (q taken as p at the drafted token), so the drafter's law leaks into token 2."""
+    from dataclasses import replace
+
+    from verispec.engine import step as step_mod
+
+    target = tiny_llama(vocab_size=16, seed=5, dtype=torch.float64, initializer_range=0.4)
+    draft = tiny_llama(vocab_size=16, seed=6, layers=1, dtype=torch.float64, initializer_range=0.4)
+    sp = SamplingParams(temperature=1.0)
+    prompt = target.tokenizer("abcab")["input_ids"]
+    real = step_mod.verify_draft
+
+    def accept_all(p, d, **kw):  # [B, N+1, V]: q := p, so min(1, p/q) = 1 for every draft
+        return real(p, replace(d, probs=p[:, : d.tokens.shape[1]]), **kw)
+
+    monkeypatch.setattr(step_mod, "verify_draft", accept_all)
+    dec = SpeculativeDecoder(target, ModelDrafter(draft), k=2)
+    n = 6000
+    res = dec.generate([prompt] * n, 3, sp, seeds=list(range(10_000, 10_000 + n)))
+    assert res.stats.drafted > 0 and res.stats.rejected == 0
+    assert _g_test([tuple(t) for t in res.token_ids], _first_tokens_law(target, prompt, sp, 3)) < 1e-6
 
 
 def test_g_test_has_power():
@@ -483,12 +510,13 @@ def test_streaming_holds_back_what_may_start_a_stop_string(tiny_target):
 
 
 def _accepted_drafts_among(n_tokens: int, k: int) -> int:
-    """With a drafter that is always accepted at fixed K, every pass emits K drafts then a bonus:
-    of the first n tokens of a row, those at index K, 2K + 1, ... are bonuses, the rest drafts."""
-    return n_tokens - n_tokens // (k + 1)
+    """With a drafter that is always accepted at fixed K, the prefill emits token 0 and every pass
+    K drafts then a bonus: of the first n tokens of a row, those at index 0, K + 1, 2K + 2, ...
+    are not drafts, the rest are."""
+    return n_tokens - (n_tokens + k) // (k + 1)
 
 
-@pytest.mark.parametrize("cut", [4, 7])  # 4: the stop string starts at the previous pass's bonus
+@pytest.mark.parametrize("cut", [5, 7])  # 5: the stop string starts at the previous pass's bonus
 def test_drafts_cut_by_a_stop_string_are_not_counted_accepted(tiny_target, cut):
     k = 4
     dec = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_target), k=k)  # the target drafts for itself
@@ -509,10 +537,11 @@ def test_drafts_after_an_eos_are_not_counted_accepted(tiny_target):
     so they are not accepted (nor tested); every slot count stays consistent."""
     k, n = 4, 300
     dec = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_target), k=k)
-    res = dec.generate(["hello there"] * n, 20, SamplingParams(temperature=1.5), seeds=list(range(n)))
+    # 21 tokens: the prefill's token, then 4 passes of K + 1 (no pass cut short by the length limit)
+    res = dec.generate(["hello there"] * n, 21, SamplingParams(temperature=1.5), seeds=list(range(n)))
     st = res.stats
     lengths = [len(t) for t in res.token_ids]
-    ended_in_draft = sum(len(t) % (k + 1) != 0 and t[-1] == EOS_ID for t in res.token_ids)
+    ended_in_draft = sum((len(t) - 1) % (k + 1) != 0 and t[-1] == EOS_ID for t in res.token_ids)
     assert ended_in_draft >= 10  # the case under test occurs
     assert st.rejected == 0  # p == q: every draft passes
     assert st.accepted == sum(_accepted_drafts_among(m, k) for m in lengths)  # before the fix: drafts after EOS too

@@ -116,15 +116,16 @@ def test_generate_with_max_batch_equals_all_at_once(tiny_target, tiny_draft):
 def test_cancel_drops_a_request_and_leaves_the_others_alone(tiny_target, tiny_draft):
     dec = SpeculativeDecoder(tiny_target, HybridDrafter(ModelDrafter(tiny_draft)), k=3)
     want = alone(dec, MIXED)
-    state, done = dec.start(MIXED), {}
-    dec.step(state)
-    dec.cancel(state, "gumbel")
-    assert "gumbel" not in [r.request_id for r in state.rows]
-    with pytest.raises(KeyError, match="gumbel"):
-        dec.cancel(state, "gumbel")
+    state = dec.start(MIXED)
+    done = {o.request_id: o.completion.token_ids for o in dec.step(state) if o.finished}
+    victim = state.rows[len(state.rows) // 2].request_id  # one still running, in the middle of the batch
+    dec.cancel(state, victim)
+    assert victim not in [r.request_id for r in state.rows]
+    with pytest.raises(KeyError, match=str(victim)):
+        dec.cancel(state, victim)
     while len(state):
         done.update((o.request_id, o.completion.token_ids) for o in dec.step(state) if o.finished)
-    assert done == {k: v for k, v in want.items() if k != "gumbel"}
+    assert done == {k: v for k, v in want.items() if k != victim}
 
 
 def test_a_stale_state_and_bad_requests_are_refused(tiny_target):
@@ -183,7 +184,7 @@ def test_all_greedy_batches_take_the_argmax_path_and_emit_what_the_general_path_
     fast = run(dec, greedy)
     assert calls["argmax"] > 0
     monkeypatch.undo()
-    monkeypatch.setattr(step_mod, "_all_greedy", lambda state: False)
+    monkeypatch.setattr(step_mod, "_all_greedy", lambda params: False)
     monkeypatch.setattr(step_mod, "verify_argmax", lambda *a, **kw: pytest.fail("fast path when told not to"))
     assert run(dec, greedy) == fast
 

@@ -109,19 +109,21 @@ def test_extend_into_an_empty_runner_and_select_of_no_rows(tiny_target) -> None:
 
 def test_prefill_joins_rows_of_any_lengths_without_padding_them_together(tiny_target):
     """Rows of equal length share a pass, others get their own; the joined runner continues each
-    row exactly as a runner of that row alone, in the order given."""
+    row exactly as a runner of that row alone, in the order given, and each row's logits after
+    its last token are that runner's (NaN for an empty row, which has none)."""
     from verispec.runner import prefill
 
     model = tiny_target.model
     rows = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14], [], [15]]
-    runner, hidden = prefill(model, rows, return_hidden=True)
+    runner, logits, hidden = prefill(model, rows, return_hidden=True)
     assert runner.lengths.tolist() == [4, 2, 4, 0, 1]
     assert [h.shape[0] for h in hidden] == [4, 2, 4, 0, 1]
+    assert logits.shape == (5, model.config.vocab_size) and bool(logits[3].isnan().all())
     got = runner.forward(torch.tensor([[30], [31], [32], [33], [34]]))[:, -1]
     for b, ctx in enumerate(rows):
         alone = KVRunner(model, 1)
         if ctx:
-            alone.forward(torch.tensor([ctx]))
+            torch.testing.assert_close(logits[b], alone.forward(torch.tensor([ctx]))[0, -1], rtol=0, atol=1e-12)
         torch.testing.assert_close(got[b], alone.forward(torch.tensor([[30 + b]]))[0, -1], rtol=0, atol=1e-12)
 
 

@@ -21,12 +21,14 @@ which is what continuous batching needs.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from transformers import PreTrainedModel
 
 from .kvcache import GrowingLayer, growing_cache
 
-__all__ = ["KVRunner", "left_pad", "prefill"]
+__all__ = ["KVRunner", "Prefill", "left_pad", "prefill"]
 
 
 def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,10 +229,19 @@ class KVRunner:
         return self.col_pos.shape[1]
 
 
-def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: bool = False
-            ) -> tuple[KVRunner, list[torch.Tensor] | None]:
-    """A runner holding ``rows`` (token lists of any lengths, in this order), and the final hidden
-    states ``[len(row), H]`` of each row if ``return_hidden``.
+class Prefill(NamedTuple):
+    """What :func:`prefill` returns: the runner, each row's logits after its last token
+    ``[n, V]`` (NaN for an empty row), and its final hidden states ``[len(row), H]`` when asked."""
+
+    runner: KVRunner
+    logits: torch.Tensor
+    hidden: list[torch.Tensor] | None
+
+
+def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: bool = False) -> Prefill:
+    """A runner holding ``rows`` (token lists of any lengths, in this order), with each row's
+    next-token logits (what the pass over its last token predicts) and, if ``return_hidden``,
+    its final hidden states.
 
     Rows of equal length go through the model together; rows of different lengths are never
     padded into one pass (a padded pass costs the longest row's length for every row and needs a
@@ -242,23 +253,30 @@ def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: boo
         groups.setdefault(len(r), []).append(i)
     runners, order = [], []
     hidden: list[torch.Tensor | None] = [None] * len(rows)
+    logits: list[torch.Tensor | None] = [None] * len(rows)
     for n, idx in groups.items():
         runner = KVRunner(model, len(idx))
         if n:
             out = runner.forward(torch.tensor([rows[i] for i in idx], device=device), logits_to_keep=1,
                                  return_hidden=return_hidden)
+            last = out[0] if return_hidden else out  # [b, 1, V]
             for j, i in enumerate(idx):
                 hidden[i] = out[1][j] if return_hidden else None
+                logits[i] = last[j, -1]
         runners.append(runner)
         order += idx
     joined = KVRunner(model, 0)
     joined.extend(*runners)
     where = {row: pos for pos, row in enumerate(order)}
     joined.select(torch.tensor([where[i] for i in range(len(rows))], dtype=torch.int64))
+    V = next((x.shape[-1] for x in logits if x is not None), model.config.vocab_size)
+    dtype = next((x.dtype for x in logits if x is not None), model.dtype)
+    nan = torch.full((V,), float("nan"), dtype=dtype, device=device)
+    stacked = torch.stack([x if x is not None else nan for x in logits]) if rows else nan.new_zeros(0, V)
     if not return_hidden:
-        return joined, None
+        return Prefill(joined, stacked, None)
     H = model.config.hidden_size
-    return joined, [h if h is not None else torch.zeros(0, H, device=device) for h in hidden]
+    return Prefill(joined, stacked, [h if h is not None else torch.zeros(0, H, device=device) for h in hidden])
 
 
 def _empty(layer) -> None:

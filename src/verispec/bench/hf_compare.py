@@ -59,8 +59,8 @@ def hf_generate(target: CausalLM, ids: list[int], max_new_tokens: int, sampling:
 
     Target passes are the calls of the target's forward (the prefill, which emits the first
     token, included), counted by a hook for the call: tokens / passes is HF's tau, comparable
-    with verispec's (whose prefill emits nothing and whose every step emits), so a gap between
-    the two engines splits into tokens per pass and time per pass."""
+    with verispec's (whose prefill also emits the first token and counts as a pass), so a gap
+    between the two engines splits into tokens per pass and time per pass."""
     model = target.model
     input_ids = torch.tensor([ids], dtype=torch.int64, device=model.device)
     kw: dict = dict(

@@ -43,7 +43,7 @@ class ModelDrafter(DrafterBase):
     def add(self, prompts: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
         # Prefill each new row's prompt but its last token (which stays pending), then append
         # those rows to the batch's cache.
-        self.runner.extend(prefill(self.lm.model, [p[:-1] for p in prompts])[0])
+        self.runner.extend(prefill(self.lm.model, [p[:-1] for p in prompts]).runner)
         self.contexts += [list(p) for p in prompts]
         self._fed += [[] for _ in prompts]
 

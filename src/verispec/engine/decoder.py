@@ -27,7 +27,7 @@ from .kpolicy import KPolicy, KRows, check_k
 from .requests import Completion, Request, RequestOutput, int64_seeds, int_list
 from .state import BatchState, Row
 from .stats import GenerationResult, GenerationStats
-from .step import keep_rows
+from .step import first_tokens, keep_rows, retire
 from .step import step as _step
 from .text import RowText
 
@@ -104,8 +104,9 @@ class SpeculativeDecoder:
         return state
 
     def add(self, state: BatchState, requests: Sequence[Request]) -> None:
-        """Admit ``requests`` to a running batch: validated, encoded, and their prompts prefilled
-        (each prompt but its last token, which starts the row's first step)."""
+        """Admit ``requests`` to a running batch: validated, encoded, and their prompts prefilled.
+        The prefill emits each row's first token; the next :meth:`step` returns it (a row that
+        this token finishes has then left the batch)."""
         self._check_current(state)
         t0 = time.perf_counter()
         rows = [self._row(r, state) for r in requests]
@@ -114,11 +115,13 @@ class SpeculativeDecoder:
             raise ValueError(f"request ids must be unique within a batch, got {ids}")
         if not rows:
             return
-        prompts = [r.prompt for r in rows]
-        features = self._prefill(state, prompts)
-        if self.drafter is not None:
-            self.drafter.add(prompts, features)
+        first = len(state.rows)
+        logits, features = self._prefill(state, [r.prompt for r in rows])
         self._append(state, rows, requests)
+        state.pending += first_tokens(self, state, first, logits)
+        if self.drafter is not None:  # each row's context: its prompt and first token
+            self.drafter.add([r.prompt + r.generated for r in rows], features)
+        retire(self, state)
         dt = time.perf_counter() - t0
         state.stats.time_prefill += dt
         state.stats.wall += dt
@@ -129,14 +132,15 @@ class SpeculativeDecoder:
         ids = [r.request_id for r in state.rows]
         if request_id not in ids:
             raise KeyError(f"request_id {request_id!r} is not running in this batch")
+        state.pending = [o for o in state.pending if o.request_id != request_id]
         keep_rows(self, state, [b for b, i in enumerate(ids) if i != request_id])
 
     def step(self, state: BatchState) -> list[RequestOutput]:
-        """One target pass for every running request: what each got; finished ones leave."""
+        """One target pass for every running request: what each got (one output per request,
+        its first token included when it was admitted since the last step); finished ones leave."""
         self._check_current(state)
-        if not state.rows:
-            return []
-        outputs = _step(self, state)
+        pending, state.pending = state.pending, []
+        outputs = merge_outputs(pending, _step(self, state) if state.rows else [])
         for o in outputs:
             if o.completion is not None:
                 state.stats.emitted += len(o.completion.token_ids)
@@ -205,7 +209,7 @@ class SpeculativeDecoder:
                     waiting.append(nxt)
             if waiting and (not state.rows or free >= min(len(waiting), max(1, cap // 8))):
                 self.add(state, [waiting.popleft() for _ in range(min(free, len(waiting)))])
-            if not state.rows:
+            if not len(state):
                 return
             yield from self.step(state)
 
@@ -302,19 +306,19 @@ class SpeculativeDecoder:
         text = RowText(tuple(stop)) if stop or r.stream else None
         return Row(r, rid, prompt, method, text=text)
 
-    def _prefill(self, state: BatchState, prompts: list[list[int]]) -> list[torch.Tensor] | None:
-        """Run the new prompts (all but their last token) through the target on runners of their
-        own (no padding), append their rows to the batch's cache; the prompts' features if the
-        drafter reads them."""
-        new, features = prefill(self.target.model, [p[:-1] for p in prompts], return_hidden=self.reads_features)
-        state.runner.extend(new)
-        return features
+    def _prefill(self, state: BatchState, prompts: list[list[int]]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Run the new prompts through the target on runners of their own (no padding) and append
+        their rows to the batch's cache: each prompt's next-token logits ``[n, V_t]``, and its
+        features if the drafter reads them."""
+        new = prefill(self.target.model, prompts, return_hidden=self.reads_features)
+        state.runner.extend(new.runner)
+        return new.logits, new.hidden
 
     def _append(self, state: BatchState, rows: list[Row], requests: Sequence[Request]) -> None:
         device = state.last.device
         seeds = [r.sampling.seed if r.sampling.seed is not None else int(random_seeds(1)[0]) for r in requests]
         state.rows += rows
-        state.last = torch.cat([state.last, torch.tensor([r.prompt[-1] for r in rows], device=device)])
+        state.last = torch.cat([state.last, torch.zeros(len(rows), dtype=torch.int64, device=device)])  # first_tokens sets it
         state.seeds = torch.cat([state.seeds, torch.tensor(seeds, dtype=torch.int64, device=device)])
         state.params = state.params.cat(RowParams.of([r.sampling for r in requests]))
         state.gumbel = torch.cat([state.gumbel, torch.tensor([r.method == "gumbel" for r in rows])])
@@ -377,6 +381,18 @@ def check_max_batch(max_batch: int | None) -> int:
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise ValueError(f"max_batch must be an int >= 1 or None, got {max_batch!r}")
     return max_batch
+
+
+def merge_outputs(first: list[RequestOutput], later: list[RequestOutput]) -> list[RequestOutput]:
+    """One output per request: a row's first token (emitted at its prefill, in ``first``) joins
+    what its first step emitted (in ``later``)."""
+    early = {o.request_id: o for o in first}
+    merged = []
+    for o in later:
+        f = early.pop(o.request_id, None)
+        merged.append(o if f is None else RequestOutput(o.request_id, f.token_ids + o.token_ids, f.text + o.text,
+                                                        o.completion))
+    return list(early.values()) + merged
 
 
 def _result(completions: list[Completion], stats: GenerationStats) -> GenerationResult:

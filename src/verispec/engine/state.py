@@ -11,7 +11,7 @@ from ..runner import KVRunner
 from ..sampling import RowParams
 from .costs import PassCosts
 from .kpolicy import KRows
-from .requests import Request
+from .requests import Request, RequestOutput
 from .stats import GenerationStats
 from .text import RowText
 
@@ -52,6 +52,8 @@ class BatchState:
         costs: the pass and draft-step costs the K policy weighs (measured once per decoder).
         stats: what this batch did so far.
         epoch: the decoder's batch this state belongs to (a newer ``start`` retires it).
+        pending: outputs not yet returned: the first token of each row admitted since the last
+            step (a prefill emits it), which the next ``step`` returns.
     """
 
     rows: list[Row]
@@ -64,9 +66,12 @@ class BatchState:
     costs: PassCosts
     stats: GenerationStats
     epoch: int
+    pending: list[RequestOutput] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        """Requests not yet reported finished: the running rows, and rows that finished at their
+        prefill (their first token was their last) whose completion the next ``step`` returns."""
+        return len(self.rows) + sum(o.completion is not None for o in self.pending)
 
     def positions(self) -> torch.Tensor:
         """``[B]`` int64 absolute position of each row's next token (slot 0 of the next draft)."""

@@ -24,7 +24,8 @@ class GenerationStats:
       maximum-likelihood estimate when each tested token is accepted independently);
     * ``draft_acceptance`` = accepted / drafted (vLLM's "draft acceptance rate"): lower than
       alpha whenever drafts follow a rejection, e.g. 0.38 for alpha 0.65 at K = 4;
-    * ``tau`` = emitted tokens per row per target forward (prefill excluded; 1 for target-only);
+    * ``tau`` = emitted tokens per row-pass (``row_steps``; a row's prefill counts as one pass
+      that drafted nothing, as it emits the row's first token; 1 for target-only);
     * ``per_position_acceptance[i]`` = P(draft slot i accepted | slots < i accepted).
 
     Only returned tokens count: drafts the verifier accepted after an EOS, or that a stop
@@ -38,7 +39,7 @@ class GenerationStats:
     rejected: int = 0  # row-passes whose drafts met a rejection (one per such row and pass)
     emitted: int = 0
     target_forwards: int = 0
-    row_steps: int = 0  # sum over target forwards of the rows still generating
+    row_steps: int = 0  # sum over target forwards of the rows still generating, prefills included
     draft_forwards: int = 0
     iterations: int = 0
     wall: float = 0.0

@@ -12,8 +12,10 @@ For a batch of B rows (each has emitted ``n_b`` tokens so far):
    target's cache keeps the accepted path, the drafter is told what was emitted, and finished
    rows leave the batch.
 
-The target cache holds every emitted token except each row's newest, which the next pass
-feeds first together with the new drafts, so a prompt is prefilled exactly once. Target-only
+A row's first token comes from its prefill (:func:`first_tokens`, called by
+``SpeculativeDecoder.add``): the pass that reads the prompt also emits, as in HF and vLLM. The
+target cache holds every emitted token except each row's newest, which the next pass feeds first
+together with the new drafts. Target-only
 decoding is the same step with no drafter (zero nodes): the same sampler and the same
 counter-based draws, so baselines compare like with like. All randomness is keyed by (row
 seed, absolute position): a row produces the same tokens alone or in any batch.
@@ -29,17 +31,17 @@ import torch
 
 from ..draft import Draft
 from ..drafters import DraftAsk
-from ..sampling import logits_to_probs
+from ..sampling import RowParams, logits_to_probs
 from ..verify import Verification, verify_argmax, verify_draft
 from .requests import Completion, RequestOutput
 from .state import BatchState, Row
-from .stats import BONUS, account, add_calibration, residual_origin, uncount
+from .stats import BONUS, GenerationStats, account, add_calibration, residual_origin, uncount
 from .text import find_stop, trim_to_text
 
 if TYPE_CHECKING:
     from .decoder import SpeculativeDecoder
 
-__all__ = ["step", "keep_rows"]
+__all__ = ["step", "first_tokens", "keep_rows", "retire"]
 
 
 def step(dec: SpeculativeDecoder, state: BatchState) -> list[RequestOutput]:
@@ -55,7 +57,7 @@ def step(dec: SpeculativeDecoder, state: BatchState) -> list[RequestOutput]:
 
 def draft(dec: SpeculativeDecoder, state: BatchState) -> Draft:
     """The nodes to verify per row (each row's K policy decides how many)."""
-    B = len(state)
+    B = len(state.rows)
     if dec.drafter is None:
         empty = torch.zeros(B, 0, dtype=torch.int64)
         return Draft(empty, None, torch.zeros(B, dtype=torch.int64))
@@ -98,16 +100,44 @@ def target_pass(dec: SpeculativeDecoder, state: BatchState, d: Draft) -> tuple[t
 
 def verify_step(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: torch.Tensor) -> Verification:
     """p = each row's transform of the target's logits; the verifier's outcome per row."""
+    return _verify(dec, state, d, logits, state.params, state.seeds, state.positions(), state.methods())
+
+
+def first_tokens(dec: SpeculativeDecoder, state: BatchState, first: int, logits: torch.Tensor) -> list[RequestOutput]:
+    """Rows ``first:`` were just prefilled: each emits its first token from the prefill's logits
+    after its last prompt token ``[n, V_t]``, drawn exactly as a step with no drafts would draw it
+    (the same p, the same draw keyed by seed and position). The pass that reads the prompt thus
+    emits, as in HF's ``generate`` and vLLM: target-only decoding of N tokens takes N passes, and
+    a row's first drafts are verified with the first token already known."""
+    rows = state.rows[first:]
+    n = len(rows)
+    index = torch.arange(first, first + n)
+    d = Draft(torch.zeros(n, 0, dtype=torch.int64), None, torch.zeros(n, dtype=torch.int64))
+    positions = torch.tensor([len(r.prompt) for r in rows], dtype=torch.int64)
+    names = [r.method for r in rows]
+    methods = names[0] if len(set(names)) == 1 else names
+    out = _verify(dec, state, d, logits[:, None], state.params.rows(index), state.seeds[index.to(state.seeds.device)],
+                  positions, methods)
+    account(state.stats, out, d.num_draft)  # a pass of the row that drafted nothing
+    emitted = _emit(dec, rows, state.stats, out, d.num_draft)
+    state.last[first:] = torch.tensor([r.generated[-1] for r in rows], dtype=torch.int64, device=state.last.device)
+    return [_output(dec, state, row, new) for row, new in zip(rows, emitted)]
+
+
+def _verify(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: torch.Tensor, params: RowParams,
+            seeds: torch.Tensor, positions: torch.Tensor, methods: str | list[str]) -> Verification:
+    """The verifier's outcome for rows with these sampling ``params``, ``seeds`` and ``positions``
+    (of each row's slot 0) given the target's ``logits [B, N+1, V_t]``."""
     t0 = time.perf_counter()
     device = logits.device
-    if d.is_chain and _all_greedy(state):  # only argmax p matters: no [B, N+1, V] transform
+    if d.is_chain and _all_greedy(params):  # only argmax p matters: no [B, N+1, V] transform
         out = verify_argmax(_argmax_tokens(logits, dec.target.vocab_size), d.tokens.to(device),
                             d.num_draft.to(device))
         state.stats.time_verify += time.perf_counter() - t0
         return out
-    p = logits_to_probs(_fit_vocab(logits.to(dec.dtype), dec.target.vocab_size), state.params)  # [B, N+1, V]
-    out = verify_draft(p, d.to(device), seeds=state.seeds, positions=state.positions().to(device), method=state.methods(),
-                       greedy=state.params.greedy.to(device), validate=False)
+    p = logits_to_probs(_fit_vocab(logits.to(dec.dtype), dec.target.vocab_size), params)  # [B, N+1, V]
+    out = verify_draft(p, d.to(device), seeds=seeds, positions=positions.to(device), method=methods,
+                       greedy=params.greedy.to(device), validate=False)
     state.stats.time_verify += time.perf_counter() - t0
     return out
 
@@ -117,18 +147,19 @@ def commit(dec: SpeculativeDecoder, state: BatchState, d: Draft, out: Verificati
     """Append what each row emitted, roll the caches back to it, end and retire finished rows."""
     n_draft = d.num_draft.cpu()
     account(state.stats, out, n_draft)
-    emitted = _emit(dec, state, out, n_draft)
+    emitted = _emit(dec, state.rows, state.stats, out, n_draft)
     evidence = state.policy.observe(out.num_accepted.cpu(), n_draft, d.confidence)
     if evidence is not None:
         add_calibration(state.stats, evidence)
     _rollback(dec, state, out, emitted, hidden)
     outputs = [_output(dec, state, row, new) for row, new in zip(state.rows, emitted)]
-    _retire(dec, state)
+    retire(dec, state)
     return outputs
 
 
-def _emit(dec: SpeculativeDecoder, state: BatchState, out: Verification, n_draft: torch.Tensor) -> list[list[int]]:
-    """Per row, the emitted tokens, cut after an EOS; rows ending by EOS or length get their reason.
+def _emit(dec: SpeculativeDecoder, rows: list[Row], stats: GenerationStats, out: Verification, n_draft: torch.Tensor
+          ) -> list[list[int]]:
+    """Per row of ``rows`` (the verification's rows), the emitted tokens, cut after an EOS; rows ending by EOS or length get their reason.
 
     The stats count the whole verification first; tokens then dropped (after an EOS, or by a
     stop string later) are taken back out by their origins, so stats describe only the tokens
@@ -137,13 +168,13 @@ def _emit(dec: SpeculativeDecoder, state: BatchState, out: Verification, n_draft
     n_emit, n_acc, n_dr = out.num_emitted.tolist(), out.num_accepted.tolist(), n_draft.tolist()
     rows_tokens = out.tokens.tolist()
     emitted = []
-    for b, row in enumerate(state.rows):
+    for b, row in enumerate(rows):
         new = rows_tokens[b][: n_emit[b]]
         # accepted drafts at slots 0..n_acc-1, then the bonus or the residual after a rejection
         why = list(range(n_acc[b])) + [BONUS if n_acc[b] == n_dr[b] else residual_origin(n_acc[b])]
         eos = next((i for i, t in enumerate(new) if t in dec.eos_ids), None)
         if eos is not None:
-            uncount(state.stats, why[eos + 1:])
+            uncount(stats, why[eos + 1:])
             new, why = new[: eos + 1], why[: eos + 1]
             row.finish = "eos"
         row.generated += new
@@ -160,7 +191,7 @@ def _rollback(dec: SpeculativeDecoder, state: BatchState, out: Verification, emi
     device = state.runner.lengths.device
     nodes = out.accepted_nodes().to(device)  # [B, N]
     N = nodes.shape[1]
-    kept = torch.zeros(len(state), N + 1, dtype=torch.bool, device=device)
+    kept = torch.zeros(len(state.rows), N + 1, dtype=torch.bool, device=device)
     kept.scatter_(1, (nodes + 1).clamp_min(0), nodes >= 0)  # node i sits in column i + 1
     kept[:, 0] = True  # the root: the token emitted last step
     state.runner.commit(kept)
@@ -170,7 +201,7 @@ def _rollback(dec: SpeculativeDecoder, state: BatchState, out: Verification, emi
         return
     features = None
     if hidden is not None:  # the target's features at the columns before each emitted token
-        root = torch.zeros(len(state), 1, dtype=torch.int64, device=device)
+        root = torch.zeros(len(state.rows), 1, dtype=torch.int64, device=device)
         cols = torch.cat([root, (nodes + 1).clamp_min(0)], dim=1)  # [B, N+1]
         feats = hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))
         features = [feats[b, : len(e)] for b, e in enumerate(emitted)]
@@ -216,10 +247,10 @@ def _complete(dec: SpeculativeDecoder, row: Row) -> Completion:
     return Completion(row.request_id, list(row.generated), text, row.finish or "length")
 
 
-def _retire(dec: SpeculativeDecoder, state: BatchState) -> None:
+def retire(dec: SpeculativeDecoder, state: BatchState) -> None:
     """Finished rows leave the batch: the target's cache, the drafter and the engine's tensors."""
     keep = [b for b, r in enumerate(state.rows) if r.finish is None]
-    if len(keep) < len(state):
+    if len(keep) < len(state.rows):
         keep_rows(dec, state, keep)
 
 
@@ -249,9 +280,9 @@ def fill_holes(keep: list[int], B: int) -> list[int]:
     return order
 
 
-def _all_greedy(state: BatchState) -> bool:
+def _all_greedy(params: RowParams) -> bool:
     """Every row decodes at temperature 0 (its p is one-hot at the argmax, whatever its method)."""
-    return bool(state.params.greedy.all())
+    return bool(params.greedy.all())
 
 
 def _argmax_tokens(logits: torch.Tensor, V: int) -> torch.Tensor:

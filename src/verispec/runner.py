@@ -177,10 +177,15 @@ class KVRunner:
 
     def extend(self, *others: KVRunner) -> None:
         """Append the rows of ``others`` (runners over the same model, e.g. new requests prefilled
-        on their own) after this one's, in one copy per layer. Shorter rows get hole columns."""
+        on their own) after this one's, in one copy per layer (none when this runner is empty and
+        there is one other: it takes that cache). Shorter rows get hole columns. ``others`` are
+        consumed: their caches may now be this runner's, so they are not to be used again."""
         runners = (self, *others)
         if any(len(r.cache.layers) != len(self.cache.layers) for r in others):
             raise ValueError("extend: the runners' caches have different layers (another model?)")
+        if not len(self.lengths) and len(others) == 1 and others[0].model is self.model:
+            self._adopt(others[0])  # an empty runner takes the other's cache as it is: no copy
+            return
         if self._in_place() and self.num_columns and others:
             self._add_rows(others)
             return
@@ -201,6 +206,10 @@ class KVRunner:
         self.col_pos = torch.cat([torch.cat([r.col_pos.to(device), hole.expand(len(r.lengths), W - r.num_columns)], 1)
                                   for r in runners])
         self.lengths = torch.cat([r.lengths.to(device) for r in runners])
+
+    def _adopt(self, other: KVRunner) -> None:
+        """Hold ``other``'s rows by taking its cache and column positions (``other`` is not used again)."""
+        self.cache, self.col_pos, self.lengths = other.cache, other.col_pos, other.lengths
 
     def _in_place(self) -> bool:
         """Whether every layer can select and add rows inside its buffers."""
@@ -265,10 +274,13 @@ def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: boo
                 logits[i] = last[j, -1]
         runners.append(runner)
         order += idx
-    joined = KVRunner(model, 0)
-    joined.extend(*runners)
-    where = {row: pos for pos, row in enumerate(order)}
-    joined.select(torch.tensor([where[i] for i in range(len(rows))], dtype=torch.int64))
+    if len(runners) == 1:  # one length (one prompt, say): the group's runner is the result, rows in order
+        joined = runners[0]
+    else:
+        joined = KVRunner(model, 0)
+        joined.extend(*runners)
+        where = {row: pos for pos, row in enumerate(order)}
+        joined.select(torch.tensor([where[i] for i in range(len(rows))], dtype=torch.int64))
     V = next((x.shape[-1] for x in logits if x is not None), model.config.vocab_size)
     dtype = next((x.dtype for x in logits if x is not None), model.dtype)
     nan = torch.full((V,), float("nan"), dtype=dtype, device=device)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -125,6 +126,11 @@ class RowParams:
     def greedy(self) -> torch.Tensor:
         """``[B]`` bool: rows decoded by argmax (temperature 0)."""
         return self.temperature == 0
+
+    @cached_property
+    def all_greedy(self) -> bool:
+        """Every row is greedy (read once per step; the rows never change in place)."""
+        return bool(self.greedy.all())
 
     def rows(self, index: torch.Tensor) -> RowParams:
         """The rows ``index`` (int64 ``[n]``), in that order."""

@@ -385,6 +385,11 @@ def verify_argmax(
     the tests compare it with). Inputs are not validated: ids come from the engine's own argmax.
     """
     K = draft_tokens.shape[1]
+    if K == 0:  # no drafts: every row emits its argmax
+        B = target_top.shape[0]
+        zero = torch.zeros(B, dtype=torch.int64, device=target_top.device)
+        return Verification(tokens=target_top, num_accepted=zero, num_emitted=zero + 1,
+                            accepted=torch.zeros(B, 0, dtype=torch.bool, device=target_top.device), num_draft=num_draft)
     drafted = torch.arange(K, device=draft_tokens.device) < num_draft[:, None]  # [B, K]
     d = torch.where(drafted, draft_tokens.to(torch.int64), 0)  # [B, K] placeholders -> 0
     num_accepted = (drafted & (d == target_top[:, :K])).to(torch.int64).cumprod(-1).sum(-1)  # [B]

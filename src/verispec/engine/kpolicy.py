@@ -62,6 +62,7 @@ class KRows:
         self.k = torch.zeros(0, dtype=torch.int64)  # [B] fixed / heuristic K
         self.heuristic = torch.zeros(0, dtype=torch.bool)  # [B]
         self.auto = torch.zeros(0, dtype=torch.bool)  # [B]
+        self.any_auto = False  # some row is "auto" (kept with ``auto``)
         self.tried = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] tested tokens
         self.passed = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] accepted ones
         self.idle = torch.zeros(0, dtype=torch.int64)  # [B] empty drafts in a row
@@ -75,6 +76,7 @@ class KRows:
         self.k = torch.cat([self.k, torch.tensor(start, dtype=torch.int64)])
         self.heuristic = torch.cat([self.heuristic, torch.tensor([p == "heuristic" for p in policies])])
         self.auto = torch.cat([self.auto, torch.tensor([p == "auto" for p in policies])])
+        self.any_auto = bool(self.auto.any())
         self.tried = torch.cat([self.tried, torch.zeros(n, BUCKETS + 1, dtype=torch.float64)])
         self.passed = torch.cat([self.passed, torch.zeros(n, BUCKETS + 1, dtype=torch.float64)])
         self.idle = torch.cat([self.idle, torch.zeros(n, dtype=torch.int64)])
@@ -82,6 +84,7 @@ class KRows:
     def keep(self, rows: torch.Tensor) -> None:
         for name in ("k", "heuristic", "auto", "tried", "passed", "idle"):
             setattr(self, name, getattr(self, name)[rows])
+        self.any_auto = bool(self.auto.any())
 
     def predict(self, buckets: torch.Tensor) -> torch.Tensor:
         """Calibrated acceptance for ``buckets [B, ...]`` (row b's entries read row b's counts):
@@ -95,7 +98,8 @@ class KRows:
     def ask(self, room: torch.Tensor, costs: PassCosts, scoring: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """``(k, k_cap)`` per row: the model tokens to draft at most, and the scored (lookup)
         tokens a drafter may offer; auto rows whose first token cannot pay draft no model token."""
-        k = torch.where(self.auto, torch.where(self._first_pays(costs), self.max_k, 0), self.k)
+        k = torch.where(self.auto, torch.where(self._first_pays(costs), self.max_k, 0), self.k) if self.any_auto \
+            else self.k
         cap = torch.where(self.auto, self.max_k, self.k) if scoring else k
         return torch.minimum(k, room), torch.minimum(torch.maximum(cap, k), room)
 
@@ -137,7 +141,7 @@ class KRows:
         full = (num_accepted == n_draft) & (n_draft > 0)
         self.k = torch.where(self.heuristic, torch.where(full, self.k + 2, self.k - 1).clamp(1, self.max_k), self.k)
         self.idle = torch.where(n_draft > 0, 0, self.idle + 1)
-        if confidence is None or confidence.shape[1] == 0 or not bool(self.auto.any()):
+        if confidence is None or confidence.shape[1] == 0 or not self.any_auto:
             return None
         conf = confidence.detach().double().cpu()  # [B, N]
         B, N = conf.shape
@@ -168,7 +172,7 @@ class KRows:
         with a NaN among their drafts, keep ``n_draft``. Returns (lengths ``[B]``, rows cut ``[B]``).
         """
         B, K = accept_prob.shape
-        if K == 0:
+        if K == 0 or not self.any_auto:
             return n_draft, torch.zeros(B, dtype=torch.bool)
         accept_prob = accept_prob.cpu()
         slots = torch.arange(K)

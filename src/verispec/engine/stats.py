@@ -109,6 +109,9 @@ def account(stats: GenerationStats, out: Verification, n_draft: torch.Tensor) ->
     """Add one verification of every row of the batch (``n_draft [B]`` drafts verified per row)."""
     stats.iterations += 1
     stats.row_steps += n_draft.shape[0]
+    if out.accepted.shape[1] == 0:  # nothing drafted (target-only, or every row drafted nothing)
+        add_counts(stats.draft_lengths, [n_draft.shape[0]])
+        return
     stats.drafted += int(n_draft.sum())
     acc = out.accepted.cpu()  # [B, K], a prefix of each row's drafts
     stats.accepted += int(acc.sum())
@@ -122,8 +125,7 @@ def account(stats: GenerationStats, out: Verification, n_draft: torch.Tensor) ->
     add_counts(stats.slot_tested, tested.sum(0).tolist())
     add_counts(stats.slot_accepted, acc.sum(0).tolist())
     add_counts(stats.draft_lengths, torch.bincount(n_draft, minlength=K + 1).tolist())
-    if K:
-        stats.k_history.append(int(n_draft.max()))
+    stats.k_history.append(int(n_draft.max()))
 
 
 BONUS = -1  # origin of a token drawn from p: the bonus after every draft passed (or target-only)

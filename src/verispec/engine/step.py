@@ -65,7 +65,7 @@ def draft(dec: SpeculativeDecoder, state: BatchState) -> Draft:
     scoring = dec.drafter.scores_drafts
     policy = state.policy
     k, k_cap = policy.ask(room, state.costs, scoring)
-    more = policy.more(state.costs) if bool(policy.auto.any()) else None
+    more = policy.more(state.costs) if policy.any_auto else None
     ask = DraftAsk(k, k_cap, state.params, state.gumbel, state.seeds, dec.target.vocab_size, dec.dtype, more)
     t0 = time.perf_counter()
     proposal = dec.drafter.propose(ask)
@@ -148,9 +148,10 @@ def commit(dec: SpeculativeDecoder, state: BatchState, d: Draft, out: Verificati
     n_draft = d.num_draft.cpu()
     account(state.stats, out, n_draft)
     emitted = _emit(dec, state.rows, state.stats, out, n_draft)
-    evidence = state.policy.observe(out.num_accepted.cpu(), n_draft, d.confidence)
-    if evidence is not None:
-        add_calibration(state.stats, evidence)
+    if dec.drafter is not None:  # the K policies learn from what was drafted
+        evidence = state.policy.observe(out.num_accepted.cpu(), n_draft, d.confidence)
+        if evidence is not None:
+            add_calibration(state.stats, evidence)
     _rollback(dec, state, out, emitted, hidden)
     outputs = [_output(dec, state, row, new) for row, new in zip(state.rows, emitted)]
     retire(dec, state)
@@ -191,10 +192,11 @@ def _rollback(dec: SpeculativeDecoder, state: BatchState, out: Verification, emi
     device = state.runner.lengths.device
     nodes = out.accepted_nodes().to(device)  # [B, N]
     N = nodes.shape[1]
-    kept = torch.zeros(len(state.rows), N + 1, dtype=torch.bool, device=device)
-    kept.scatter_(1, (nodes + 1).clamp_min(0), nodes >= 0)  # node i sits in column i + 1
-    kept[:, 0] = True  # the root: the token emitted last step
-    state.runner.commit(kept)
+    if N:  # with no drafts the pass's one column per row stays
+        kept = torch.zeros(len(state.rows), N + 1, dtype=torch.bool, device=device)
+        kept.scatter_(1, (nodes + 1).clamp_min(0), nodes >= 0)  # node i sits in column i + 1
+        kept[:, 0] = True  # the root: the token emitted last step
+        state.runner.commit(kept)
     state.last = torch.tensor([r.generated[-1] if r.generated else r.prompt[-1] for r in state.rows],
                               dtype=torch.int64, device=state.last.device)
     if dec.drafter is None:
@@ -282,7 +284,7 @@ def fill_holes(keep: list[int], B: int) -> list[int]:
 
 def _all_greedy(params: RowParams) -> bool:
     """Every row decodes at temperature 0 (its p is one-hot at the argmax, whatever its method)."""
-    return bool(params.greedy.all())
+    return params.all_greedy
 
 
 def _argmax_tokens(logits: torch.Tensor, V: int) -> torch.Tensor:

@@ -418,6 +418,8 @@ def _kernels_in(model: nn.Module) -> set[str]:
         found.add("fast_small_linears")
     if model.config._attn_implementation == "verispec_sdpa":
         found.add("gqa_attention")
+    if any(getattr(m, "_verispec_lean", None) is not None for m in model.modules()):
+        found.add("lean_layers")
     return found
 
 
@@ -429,6 +431,7 @@ def _cpu_kernels_expected(model: nn.Module) -> set[str]:
         want.add("fast_small_linears")
     if model.config._attn_implementation in ("sdpa", "verispec_sdpa"):
         want.add("gqa_attention")
+    want.add("lean_layers")  # every tiny test model is a plain Llama
     return want
 
 
@@ -672,7 +675,7 @@ def test_fixed_kernel_choice_is_the_escape_hatch(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(kernels, "_time_calls", timer)
     monkeypatch.setenv("VERISPEC_KERNEL_CHOICE", "fixed")
     lm = tiny_llama(seed=3, dtype=torch.float32)
-    want = _cpu_kernels_expected(lm.model) - {"gqa_attention"}
+    want = _cpu_kernels_expected(lm.model) - {"gqa_attention", "lean_layers"}
     assert set(apply_cpu_kernels(lm.model, attention=False)) == want and timer.seen == []
     report = kernel_report(lm)
     assert report["choice"] == "fixed" and report["head"]["beyond"] == "mm_t"

@@ -6,6 +6,7 @@
 * ``builtin``: the built-in models (``BUILTIN_MODELS``) and their atomic cache;
 * ``paths``: where verispec's cache lies (``cache_dir``), what a measurement holds for
   (``cpu_name``, ``machine_key``), and atomic JSON cache files (``read_json``, ``write_json``);
+* ``lean``: Llama decoder layers without HF's per-call wrappers (:func:`lean_layers`);
 * ``kernels``: the CPU kernels (packed and float16 linears, the fast output head, GQA attention),
   :func:`apply_cpu_kernels`, which installs them only on CPU models (choosing the linear kernels
   by timing them on the machine, cached in :func:`kernels_file`), and :func:`kernel_report`.
@@ -36,6 +37,7 @@ from .kernels import (
     pack_weight,
     packed_linear,
 )
+from .lean import lean_layers
 from .loading import CausalLM, _slice_head, load_causal_lm
 from .paths import cache_dir, cpu_name, machine_key, read_json, write_json
 
@@ -54,6 +56,7 @@ __all__ = [
     "cache_dir",
     "fast_small_linears",
     "gqa_attention",
+    "lean_layers",
     "pack_weight",
     "packed_linear",
     "fp16_linear",

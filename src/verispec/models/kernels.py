@@ -8,6 +8,8 @@ place and with the same weights, for the shapes speculative decoding runs (a few
 * :func:`fast_small_linears`: every ``nn.Linear`` gets a oneDNN-packed copy of its weight
   (:func:`pack_weight`, :func:`packed_linear`), used for the few-row inputs of a verify pass;
 * :func:`gqa_attention`: HF's SDPA attention without its per-group K/V copies;
+* :func:`~verispec.models.lean.lean_layers`: Llama decoder layers without HF's per-call
+  Python wrappers (the same operations, bit-identical);
 * :func:`fp16_linear`: a float16 fbgemm copy of a weight (the EAGLE head's draft steps);
 * ``rowdot`` (:mod:`.rowdot`): a compiled float32 kernel for 1-16 rows, built on first use where
   a C++ compiler and ninja exist, and batch-invariant (a row's output does not depend on how
@@ -46,6 +48,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .lean import lean_layers
 from .paths import cache_dir, machine_key, read_json, write_json
 from .rowdot import ROWDOT_VERSION, load_rowdot
 
@@ -69,7 +72,8 @@ __all__ = [
     "kernel_report",
 ]
 
-KERNELS = ("fast_lm_head", "fast_small_linears", "gqa_attention")  # what apply_cpu_kernels installs, in order
+# what apply_cpu_kernels installs, in order
+KERNELS = ("fast_lm_head", "fast_small_linears", "gqa_attention", "lean_layers")
 KERNEL_CHOICES = ("measured", "fixed")  # how linear kernels are chosen (see kernel_choice)
 EVICT_BYTES = 256 << 20  # what cache_evictor writes: more than the L3 of the CPUs this runs on
 
@@ -93,7 +97,9 @@ def apply_cpu_kernels(model: nn.Module, *, head: bool = True, linears: bool = Tr
 
     ``head``: a faster output head (:func:`fast_lm_head`'s ``(W @ x.T).T``); ``linears``:
     oneDNN-packed weights for few-row inputs (:func:`fast_small_linears`); ``attention``:
-    :func:`gqa_attention` (applied in that order, as :data:`KERNELS` lists them). ``choice``
+    :func:`gqa_attention`, then Llama decoder layers without HF's per-call wrappers
+    (:func:`~verispec.models.lean.lean_layers`, bit-identical) (applied in that order, as
+    :data:`KERNELS` lists them). ``choice``
     (default :func:`kernel_choice`, i.e. ``$VERISPEC_KERNEL_CHOICE`` or ``"measured"``):
     ``"measured"`` installs the head and linear kernels only for the row counts where they
     measured faster on this machine (:func:`measured_linears`); ``"fixed"`` installs
@@ -117,6 +123,8 @@ def apply_cpu_kernels(model: nn.Module, *, head: bool = True, linears: bool = Tr
         done.extend(measured_linears(model, head=head, linears=linears))
     if attention and gqa_attention(model):
         done.append("gqa_attention")
+    if attention and lean_layers(model):
+        done.append("lean_layers")
     return tuple(done)
 
 

@@ -88,7 +88,8 @@ def load_causal_lm(
             faster. Costs one more copy of those weights in memory.
         fast_attention: CPU models on HF's SDPA attention with grouped KV heads: a masked
             multi-token pass (a verify pass) lets SDPA share the KV heads instead of copying
-            K and V per query group (``gqa_attention``; bit-identical results).
+            K and V per query group (``gqa_attention``; bit-identical results), and Llama
+            decoder layers run without HF's per-call wrappers (``lean_layers``; bit-identical).
             The three ``fast_*`` kernels are CPU kernels: they are installed only when the
             loaded model lies on the CPU (``apply_cpu_kernels``).
         kernel_choice: how ``fast_head`` and ``fast_linears`` pick their kernels per row count:

@@ -356,11 +356,10 @@ MAX_ROWS = 16  # a linear given more rows (a prefill) runs F.linear, or the head
 HEAD_MAX_ROWS = 32  # the output head: 17..32 rows take the choice measured at 16 rows
 PACKED, PLAIN, MM_T = "packed", "plain", "mm_t"  # packed_linear, F.linear, (W @ x.T).T
 ROWDOT = "rowdot"  # the compiled few-row kernel of :mod:`.rowdot` (float32, where it builds)
-_CYCLE = 4  # modules of one shape timed in turn (each call reads another weight, as a forward does)
 _REPEATS = 3  # timed calls per (shape, kernel, rows) after a warm-up; the median is kept
 _LONG_CALL_S = 2e-3  # calls this long keep their warm-up sample and may be pruned
 _PRUNE = 1.5  # a long call this many times slower than its fastest rival is timed only once
-_FILE_FORMAT = 1
+_FILE_FORMAT = 2  # 2: every module of a shape timed (1 timed up to 4, which stayed in cache)
 
 
 def kernels_file() -> Path:
@@ -551,10 +550,12 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
     (``(W @ x.T).T``, :func:`fast_lm_head`); for float32 weights (decoder linears with
     ``linears``, the head with ``head`` or ``linears``), ``rowdot`` (the compiled kernel of
     :mod:`.rowdot`, where it builds: :func:`load_rowdot`). The modules are grouped by
-    (in_features, out_features, bias, dtype); for each group not in :func:`kernels_file` for this machine, up
-    to 4 of its modules are timed with each candidate on inputs of ``[n, in_features]`` for n in
-    :data:`MEASURE_ROWS` (all groups in turn, so each call reads its weight from memory as in a
-    forward pass; median of 3), and the choice is stored. Decoder linears run ``F.linear`` for
+    (in_features, out_features, bias, dtype); for each group not in :func:`kernels_file` for this
+    machine, all of its modules are timed in turn with each candidate on inputs of
+    ``[n, in_features]`` for n in :data:`MEASURE_ROWS` (all groups in turn, so that between two
+    reads of a weight the model's other weights pass through the caches, as in a forward pass;
+    median of 3), and the choice is stored. (Timing only a few modules per shape kept them in a
+    large L3: on a 480 MB-L3 Xeon that chose MKL for one row, 5% slower in real passes.) Decoder linears run ``F.linear`` for
     more than 16 rows; the head keeps its 16-row choice up to 32 rows and beyond its faster of
     ``plain`` and ``mm_t``. A module whose plan is ``plain`` throughout is left untouched. Every
     kernel computes the same linear (to float32 rounding). What was picked: :func:`kernel_report`.
@@ -592,7 +593,7 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
     timing_s = 0.0
     for key in todo:  # pack the modules to be timed; a build whose ops fail drops the packed candidate
         if PACKED in group_methods[key]:
-            for mod in groups[key][:_CYCLE]:
+            for mod in groups[key]:
                 p = pack_weight(mod.weight)
                 if p is None:
                     group_methods[key] = tuple(m for m in group_methods[key] if m != PACKED)
@@ -607,7 +608,7 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
                 for key in todo:
                     if method not in group_methods[key]:
                         continue
-                    mods = groups[key][:_CYCLE]
+                    mods = groups[key]
                     x = torch.randn(n, mods[0].in_features, generator=gen).to(mods[0].weight.dtype)
                     fns = [_kernel_calls(mod, rowdot_fn, packed.get(id(mod)))[method] for mod in mods]
 
@@ -620,7 +621,7 @@ def measured_linears(model: nn.Module, *, head: bool = True, linears: bool = Tru
         timing_s = time.perf_counter() - t1
         new = {}
         for key in todo:
-            per = {m: {n: times[(key, m, n)] / len(groups[key][:_CYCLE]) for n in MEASURE_ROWS}
+            per = {m: {n: times[(key, m, n)] / len(groups[key]) for n in MEASURE_ROWS}
                    for m in group_methods[key]}
             plans[key] = _plan_from_times(per, group_methods[key], key.startswith("head"))
             new[f"{machine} | {key}"] = plans[key]

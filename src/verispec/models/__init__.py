@@ -7,6 +7,7 @@
 * ``paths``: where verispec's cache lies (``cache_dir``), what a measurement holds for
   (``cpu_name``, ``machine_key``), and atomic JSON cache files (``read_json``, ``write_json``);
 * ``lean``: Llama decoder layers without HF's per-call wrappers (:func:`lean_layers`);
+* ``mixed``: a bfloat16 body with a float32 output head for bulk data generation (:func:`float32_head`);
 * ``kernels``: the CPU kernels (packed and float16 linears, the fast output head, GQA attention),
   :func:`apply_cpu_kernels`, which installs them only on CPU models (choosing the linear kernels
   by timing them on the machine, cached in :func:`kernels_file`), and :func:`kernel_report`.
@@ -38,6 +39,7 @@ from .kernels import (
     packed_linear,
 )
 from .lean import lean_layers
+from .mixed import Float32Head, float32_head
 from .loading import CausalLM, _slice_head, load_causal_lm
 from .paths import cache_dir, cpu_name, machine_key, read_json, write_json
 
@@ -57,6 +59,8 @@ __all__ = [
     "fast_small_linears",
     "gqa_attention",
     "lean_layers",
+    "Float32Head",
+    "float32_head",
     "pack_weight",
     "packed_linear",
     "fp16_linear",

@@ -171,3 +171,28 @@ def test_a_time_budget_shortens_head_training_after_its_first_steps(tmp_path) ->
     summary = train_head(tiny_target, shards, shards, tmp_path / "out", init_from=str(tmp_path / "init"), steps=400,
                          time_budget_s=1e-6, held_eval=2, log=lambda _: None)
     assert summary["steps"] == 20 and summary["train"]["eval"]["step"] == 20
+
+
+def test_bfloat16_autocast_training_keeps_float32_weights_and_follows_the_float32_run(tmp_path) -> None:
+    """Training with the forward's matrix products in bfloat16 moves the head as float32 training
+    does (close), yet not identically (so the autocast really ran), and keeps float32 weights."""
+    from verispec.distill.head import train_head
+    from verispec.eagle import load_eagle_head, save_eagle_head
+    from verispec.testing import tiny_eagle, tiny_llama
+
+    tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    _run(tiny_target, tmp_path / "train", features=True)
+    init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
+    save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
+    shards = answer_shards(tmp_path / "train")
+    heads = {}
+    for name, autocast in (("fp32", None), ("bf16", torch.bfloat16)):
+        summary = train_head(tiny_target, shards, shards, tmp_path / name, init_from=str(tmp_path / "init"), steps=3,
+                             lr=1e-2, held_eval=2, autocast=autocast, log=lambda _: None)
+        assert summary["autocast"] == (None if autocast is None else "torch.bfloat16")
+        heads[name] = load_eagle_head(tmp_path / name).head.state_dict()
+    start = init.head.state_dict()
+    moved = sum(float((heads["fp32"][k].float() - start[k].float()).abs().sum()) for k in start)
+    apart = sum(float((heads["bf16"][k].float() - heads["fp32"][k].float()).abs().sum()) for k in start)
+    assert all(v.dtype == torch.float32 for v in heads["bf16"].values() if v.is_floating_point())
+    assert 0 < apart < 0.2 * moved, (apart, moved)

@@ -6,7 +6,10 @@ is not written yet; a shard of ``shard_size`` instructions is written (atomicall
 last answer is in, so a killed run loses at most the shards in flight and a re-run skips the
 written ones. Each answer depends only on its instruction and the run seed (greedy, or sampled
 at ``temperature`` for the instructions a seeded hash picks), so a resumed run writes the
-shards an uninterrupted one would.
+shards an uninterrupted one would, up to the last bits of logits that kernels picked for other
+batch shapes change (which decide a token only at a near-tie; in bfloat16, ``dtype`` below, such
+near-ties are common, and answers do depend on their batch). Within a shard, requests are
+admitted shortest prompt first (:func:`by_length`), which keeps the cache's hole columns few.
 
 A shard holds ``n`` sequences (chat-templated prompt + answer), right-padded to the longest:
 
@@ -41,7 +44,8 @@ from .config import mix
 if TYPE_CHECKING:
     from ..models import CausalLM
 
-__all__ = ["AnswerJob", "AnswerRun", "answer_shards", "generate_answers", "read_answer_shard", "shard_path"]
+__all__ = ["AnswerJob", "AnswerRun", "answer_shards", "by_length", "generate_answers", "read_answer_shard",
+           "shard_path"]
 
 
 @dataclass(frozen=True)
@@ -146,10 +150,11 @@ def generate_answers(target: CausalLM, jobs: Sequence[AnswerJob], out: Path, *, 
     def requests() -> Iterator[Request]:
         for si in todo:
             for i in shards[si]:
+                prompts[i] = _encode(dec, jobs[i].text, max_prompt_tokens, chat)
+            for i in by_length(shards[si], prompts):
                 if time_budget_s and time.perf_counter() - t0 > time_budget_s:
                     return
                 job = jobs[i]
-                prompts[i] = _encode(dec, job.text, max_prompt_tokens, chat)
                 temp = temperature if _sampled(job, seed, sample_frac) else 0.0
                 admitted[i] = len(admitted)
                 yield Request(prompts[i], max_new_tokens, SamplingParams(temperature=temp, seed=mix(seed, job.id)),
@@ -181,6 +186,14 @@ def generate_answers(target: CausalLM, jobs: Sequence[AnswerJob], out: Path, *, 
             on_progress(run)
     run.seconds = time.perf_counter() - t0
     return run
+
+
+def by_length(index: Sequence[int], prompts: dict[int, list[int]] | Sequence[list[int]]) -> list[int]:
+    """``index`` ordered by prompt length, shortest first (stable). Rows share cache columns, so a
+    row whose prompt is shorter than the batch's longest attends over hole columns; admitted in
+    this order, the rows in flight hold prompts of similar lengths and attention reads fewer
+    holes (an answer does not depend on its batch: see the module doc)."""
+    return sorted(index, key=lambda i: len(prompts[i]))
 
 
 def _encode(dec, text: str, max_prompt_tokens: int, chat: bool) -> list[int]:
@@ -216,8 +229,8 @@ def batch_curve(target: CausalLM, jobs: Sequence[AnswerJob], batches: Sequence[i
     for b in batches:
         state = dec.start()
         n = min(len(prompts), max(16, waves * b))
-        reqs = [Request(p, max_new_tokens, SamplingParams(temperature=0.0), request_id=i)
-                for i, p in enumerate(prompts[:n])]
+        reqs = [Request(prompts[i], max_new_tokens, SamplingParams(temperature=0.0), request_id=i)
+                for i in by_length(range(n), prompts)]  # admitted as generate_answers admits a shard
         t0 = time.perf_counter()
         tokens = sum(len(o.completion.token_ids) for o in dec.run(reqs, max_batch=b, state=state)
                      if o.completion is not None)

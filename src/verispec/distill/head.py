@@ -89,12 +89,13 @@ def family_agreement(head: EagleHead, target: CausalLM, vocab_map: torch.Tensor,
 def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequence[Path], out: Path, *,
                init_from: str = "eagle", map_size: int = 0, steps: int = 1000, lr: float = 5e-4, batch_size: int = 4, depth: int = 3,
                noise: float = 0.05, seed: int = 0, held_eval: int = 64, time_budget_s: float = 0.0,
-               log: Callable[[str], None] = print) -> dict:
+               autocast: torch.dtype | None = None, log: Callable[[str], None] = print) -> dict:
     """Train, export to ``out`` and return a summary: data sizes, the training result, and the
     per-family held-out agreement of the initial and of the trained head. ``map_size`` > 0:
     the initial head's vocab map grown to ``map_size`` ids with the tokens the answers use most
     (:func:`answer_vocab_map`); the head's weights do not depend on the map, only its output
-    rows do."""
+    rows do. ``autocast``: train with the forward's matrix products in that dtype (see
+    :func:`verispec.eagle_train.train_eagle`); evaluation stays float32."""
     from ..eagle import save_eagle_head
     from ..eagle_train import train_eagle
     from .eagle_head import init_head
@@ -119,13 +120,14 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     head, result = train_eagle(target.model, train, held, vmap, out, steps=steps, batch_size=batch_size, lr=lr,
                                depth=depth, noise=noise, seed=seed, init_from=init.head, answers_only=True,
                                held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50,
-                               time_budget_s=time_budget_s, log=log)
+                               time_budget_s=time_budget_s, autocast=autocast, log=log)
     seconds = time.perf_counter() - t0
     after = family_agreement(head, target, vmap, held, held_fam, depth)
     log("after: " + json.dumps({k: round(v["agree"][0], 4) for k, v in after.items()}))
     summary = {"train_sequences": len(train), "train_answer_positions": answer_tokens, "held_sequences": len(held),
                "init_from": init_from, "map_size": len(vmap), "map_coverage_before": before_cov,
                "map_coverage": coverage, "steps": result["steps"], "lr": lr, "batch_size": batch_size, "depth": depth,
+               "autocast": str(autocast) if autocast is not None else None,
                "seconds": seconds, "train": result, "before": before, "after": after}
     save_eagle_head(head, out, vocab_map=vmap, meta={"target": target.name, "train": summary})
     return summary
@@ -153,6 +155,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--time-budget", type=float, default=0.0,
                     help="seconds of training: fewer steps than --steps if they would not fit (0 = no limit)")
     ap.add_argument("--max-shards", type=int, default=0, help="use the first N training shards (0 = all)")
+    ap.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
+                    help="bfloat16: the training forward's matrix products in bfloat16 (autocast; weights, "
+                         "optimizer and softmaxes stay float32), faster where the CPU has bfloat16 units")
     args = ap.parse_args(argv)
 
     def body() -> int:
@@ -167,7 +172,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         out = Path(args.out)
         summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, map_size=args.map_size, steps=args.steps,
                              lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed,
-                             time_budget_s=args.time_budget)
+                             time_budget_s=args.time_budget,
+                             autocast=torch.bfloat16 if args.precision == "bfloat16" else None)
         (out / "train-summary.json").write_text(json.dumps(summary, indent=2))
         return 0
 

@@ -192,7 +192,7 @@ def by_length(index: Sequence[int], prompts: dict[int, list[int]] | Sequence[lis
     """``index`` ordered by prompt length, shortest first (stable). Rows share cache columns, so a
     row whose prompt is shorter than the batch's longest attends over hole columns; admitted in
     this order, the rows in flight hold prompts of similar lengths and attention reads fewer
-    holes (an answer does not depend on its batch: see the module doc)."""
+    holes (an answer depends on its batch only through the last bits of logits: see the module doc)."""
     return sorted(index, key=lambda i: len(prompts[i]))
 
 

@@ -68,6 +68,19 @@ def test_a_time_budget_leaves_no_partial_shard(tiny_target, tmp_path) -> None:
     assert not list(tmp_path.glob(".*tmp*"))
 
 
+def test_a_time_budget_that_ends_within_a_shard_lets_that_shard_finish(tiny_target, tmp_path, monkeypatch) -> None:
+    """The budget is read at each shard's start: a shard begun before it ends is admitted whole
+    and written (a check per request would drop that shard's last rows and lose its answers)."""
+    import verispec.distill.answers as answers
+
+    clock = iter(range(10**6))  # each reading of the clock is one second later
+    monkeypatch.setattr(answers.time, "perf_counter", lambda: float(next(clock)))
+    run = _run(tiny_target, tmp_path, time_budget_s=1.5, max_batch=1)
+    assert (run.written, run.answers) == (1, 3)
+    t, ids, _ = read_answer_shard(shard_path(tmp_path, 0))
+    assert ids == [j.id for j in JOBS[:3]] and len(answer_shards(tmp_path)) == 1
+
+
 def test_bad_arguments_are_named(tiny_target, tmp_path) -> None:
     with pytest.raises(ValueError, match="max_batch"):
         _run(tiny_target, tmp_path, max_batch=0)

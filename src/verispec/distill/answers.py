@@ -116,8 +116,8 @@ def generate_answers(target: CausalLM, jobs: Sequence[AnswerJob], out: Path, *, 
                      max_batch: int = 64, shard_size: int = 256, seed: int = 0, sample_frac: float = 0.25,
                      temperature: float = 0.8, max_prompt_tokens: int = 512, chat: bool = True, features: bool = False,
                      time_budget_s: float = 0.0, on_progress: Callable[[AnswerRun], None] | None = None) -> AnswerRun:
-    """Answer every job whose shard under ``out`` is missing (see the module doc); stop admitting
-    new requests after ``time_budget_s`` seconds (0 = no limit; shards in flight still finish).
+    """Answer every job whose shard under ``out`` is missing (see the module doc); begin no new
+    shard after ``time_budget_s`` seconds (0 = no limit; the shards begun are admitted and finish).
 
     ``jobs`` must have unique ids; a prompt longer than ``max_prompt_tokens`` keeps its first
     tokens' text cut so that it fits (the chat template stays whole). ``chat``: prompts go through
@@ -149,11 +149,11 @@ def generate_answers(target: CausalLM, jobs: Sequence[AnswerJob], out: Path, *, 
 
     def requests() -> Iterator[Request]:
         for si in todo:
+            if time_budget_s and time.perf_counter() - t0 > time_budget_s:
+                return  # at a shard's start: a shard once begun is admitted whole, so no answer is lost
             for i in shards[si]:
                 prompts[i] = _encode(dec, jobs[i].text, max_prompt_tokens, chat)
             for i in by_length(shards[si], prompts):
-                if time_budget_s and time.perf_counter() - t0 > time_budget_s:
-                    return
                 job = jobs[i]
                 temp = temperature if _sampled(job, seed, sample_frac) else 0.0
                 admitted[i] = len(admitted)
@@ -259,7 +259,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--sample-frac", type=float, default=0.25, help="share of answers sampled at --temperature")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--time-budget", type=float, default=0.0, help="stop admitting after this many seconds")
+    ap.add_argument("--time-budget", type=float, default=0.0,
+                    help="begin no new shard after this many seconds (the shards begun finish)")
     ap.add_argument("--features", action="store_true", help="keep the target's hidden states in the shards")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="precision of the target while it generates: bfloat16 runs the body in bfloat16 with a "

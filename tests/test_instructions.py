@@ -17,6 +17,7 @@ from verispec.distill.instructions import (
     build_instructions,
     drop_bench_overlap,
     load_sources,
+    new_beside,
     normalise,
     parse_question,
     read_jsonl,
@@ -201,6 +202,39 @@ def test_command(tmp_path, capsys):
             main(bad)
         assert e.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_new_beside_keeps_only_new_texts_and_the_earlier_split_of_each_source():
+    known = build_instructions(300, 0)
+    more = build_instructions(500, 0)
+    # an earlier corpus that held one of the new sources out, and trained on one held out now
+    held_now = next(i for i in more if i.split == "heldout")
+    train_now = next(i for i in more if i.split == "train" and i.source != held_now.source)
+    known += [Instruction("x-1", train_now.family, train_now.source, "heldout", "an earlier text, held out"),
+              Instruction("x-2", held_now.family, held_now.source, "train", "an earlier text, trained on")]
+    new = new_beside(more, known)
+    known_texts = {normalise(i.text) for i in known}
+    assert new and all(normalise(i.text) not in known_texts for i in new)
+    assert len(new) == sum(normalise(i.text) not in known_texts for i in more)
+    split, own = {i.source: i.split for i in known}, {i.id: i.split for i in more}
+    assert all(i.split == split.get(i.source, own[i.id]) for i in new)
+    flipped = [i for i in new if i.source in (held_now.source, train_now.source)]
+    assert flipped and all(i.split == ("heldout" if i.source == train_now.source else "train") for i in flipped)
+
+
+def test_command_with_exclude(tmp_path, capsys):
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert main(["--n", "80", "--seed", "2", "--out", str(first)]) == 0
+    assert main(["--n", "160", "--seed", "2", "--out", str(second), "--exclude", str(first)]) == 0
+    assert "are in --exclude (80 instructions)" in capsys.readouterr().out
+    old = {normalise(i.text) for i in read_jsonl(first)}
+    new = read_jsonl(second)
+    assert 0 < len(new) < 160 and not old & {normalise(i.text) for i in new}
+    for bad in (["--exclude", str(tmp_path / "none.jsonl")], ["--exclude", str(second)]):
+        with pytest.raises(SystemExit) as e:
+            main(["--n", "20", "--out", str(second), *bad])
+        assert e.value.code == 2
+    assert "--exclude" in capsys.readouterr().err
 
 
 def test_parse_question():

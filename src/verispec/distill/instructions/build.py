@@ -28,15 +28,15 @@ import random
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .families import FAMILIES, Candidate
 from .sources import Sources, load_sources, stable_fraction
 
 __all__ = ["HELDOUT_FRAC", "MAX_CHARS", "MIN_HELDOUT", "WEIGHTS", "Instruction", "bench_shingles",
-           "build_instructions", "drop_bench_overlap", "normalise", "read_jsonl", "shingles", "split_of",
-           "write_jsonl"]
+           "build_instructions", "drop_bench_overlap", "new_beside", "normalise", "read_jsonl", "shingles",
+           "split_counts", "split_of", "write_jsonl"]
 
 WEIGHTS = {"chat": 0.20, "qa": 0.13, "summarization": 0.10, "translation": 0.12, "math": 0.13, "rag": 0.10,
            "code": 0.10, "grounded": 0.12}
@@ -185,6 +185,16 @@ def build_instructions(n: int, seed: int = 0, *, sources: Sources | None = None,
     return result
 
 
+def new_beside(instructions: Sequence[Instruction], known: Sequence[Instruction]) -> list[Instruction]:
+    """The ``instructions`` that ``known`` (an earlier corpus) does not hold, split so that the two
+    corpora never disagree on a source: a source ``known`` has keeps ``known``'s split (so nothing
+    from an earlier held-out source is trained on, and an earlier training source is never held
+    out), a new source keeps its own. "Holds" is the same text after :func:`normalise`. Order kept."""
+    texts = {normalise(i.text) for i in known}
+    split = {i.source: i.split for i in known}
+    return [replace(i, split=split.get(i.source, i.split)) for i in instructions if normalise(i.text) not in texts]
+
+
 def _heldout_sources(chosen: Sequence[tuple[str, Candidate]], take: dict[str, int]) -> set[str]:
     """Held-out source ids: the base split, then more sources (hash order) for families below
     their minimum."""
@@ -202,18 +212,22 @@ def _heldout_sources(chosen: Sequence[tuple[str, Candidate]], take: dict[str, in
 
 
 def _stats(result: Sequence[Instruction], drops: Counter, quotas: dict[str, int]) -> dict:
-    by = Counter((i.family, i.split) for i in result)
     total: Counter[str] = Counter()
     for (_, reason), c in drops.items():
         total[reason] += c
     return {
-        "total": len(result),
         "drops": dict(total),
         "drops_by_family": {f: {r: c for (g, r), c in sorted(drops.items()) if g == f} for f in FAMILIES},
         "quotas": quotas,
-        "families": {f: {s: by[(f, s)] for s in SPLITS} for f in FAMILIES},
-        "sources": {s: len({i.source for i in result if i.split == s}) for s in SPLITS},
+        **split_counts(result),
     }
+
+
+def split_counts(result: Sequence[Instruction]) -> dict:
+    """``total``, instructions per family and split (``families``), sources per split (``sources``)."""
+    by = Counter((i.family, i.split) for i in result)
+    return {"total": len(result), "families": {f: {s: by[(f, s)] for s in SPLITS} for f in FAMILIES},
+            "sources": {s: len({i.source for i in result if i.split == s}) for s in SPLITS}}
 
 
 def write_jsonl(instructions: Iterable[Instruction], path: str | Path) -> None:

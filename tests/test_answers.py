@@ -209,3 +209,28 @@ def test_bfloat16_autocast_training_keeps_float32_weights_and_follows_the_float3
     apart = sum(float((heads["bf16"][k].float() - heads["fp32"][k].float()).abs().sum()) for k in start)
     assert all(v.dtype == torch.float32 for v in heads["bf16"].values() if v.is_floating_point())
     assert 0 < apart < 0.2 * moved, (apart, moved)
+
+
+def test_feature_sets_load_shards_of_different_lengths_padded_with_zeros(tmp_path) -> None:
+    """Loaded one shard at a time into preallocated tensors: the same as padding every shard to
+    the longest and concatenating (written here apart from the loader), in shard order."""
+    from safetensors.torch import save_file
+
+    from verispec.eagle_train import FeatureSet
+
+    g = torch.Generator().manual_seed(3)
+    shards = []
+    for i, (n, t) in enumerate(((2, 5), (3, 9), (1, 4))):
+        d = {"input_ids": torch.randint(1, 50, (n, t), generator=g, dtype=torch.int32),
+             "features": torch.randn(n, t, 6, generator=g).half(),
+             "weight": torch.ones(n, t, dtype=torch.uint8), "generated": torch.randint(0, 2, (n, t), generator=g,
+                                                                                      dtype=torch.uint8)}
+        save_file(d, str(tmp_path / f"s{i}.safetensors"))
+        shards.append(d)
+    got = FeatureSet.load([tmp_path / f"s{i}.safetensors" for i in range(3)])
+    assert got.features.shape == (6, 9, 6) and got.features.dtype == torch.float16
+    for k in ("input_ids", "features", "weight", "generated"):
+        pad = [torch.nn.functional.pad(d[k], (0, 0, 0, 9 - d[k].shape[1]) if d[k].ndim == 3 else (0, 9 - d[k].shape[1]))
+               for d in shards]
+        assert torch.equal(getattr(got, k), torch.cat(pad)), k
+    assert int(got.weight[0, 5:].sum()) == 0 and int(got.weight[2, :].sum()) == 9  # padding: weight 0

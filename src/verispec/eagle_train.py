@@ -75,14 +75,28 @@ class FeatureSet:
 
     @classmethod
     def load(cls, paths: Sequence[Path]) -> FeatureSet:
-        """Concatenate shards; shorter sequences are right-padded (weight 0) to the longest."""
-        parts = [load_file(str(p)) for p in paths]
-        T = max(d["input_ids"].shape[1] for d in parts)
-
-        def pad(x: torch.Tensor) -> torch.Tensor:
-            return F.pad(x, (0, 0, 0, T - x.shape[1]) if x.ndim == 3 else (0, T - x.shape[1]))
-
-        return cls(*(torch.cat([pad(d[k]) for d in parts]) for k in ("input_ids", "features", "weight", "generated")))
+        """Concatenate shards; shorter sequences are right-padded with zeros (weight 0) to the
+        longest. One shard at a time into tensors allocated once, so memory peaks at the result
+        plus one shard (concatenating padded copies of every shard would hold about three times
+        the result: ~24 GB for 2M answer tokens' features)."""
+        keys = ("input_ids", "features", "weight", "generated")
+        shapes = []
+        for p in paths:
+            with safe_open(str(p), "pt") as f:
+                shapes.append(f.get_slice("input_ids").get_shape())
+        N, T = sum(n for n, _ in shapes), max(t for _, t in shapes)
+        out: dict[str, torch.Tensor] = {}
+        row = 0
+        for p in paths:
+            d = load_file(str(p))
+            n, t = d["input_ids"].shape
+            for k in keys:
+                if k not in out:
+                    out[k] = d[k].new_zeros((N, T, *d[k].shape[2:]))
+                out[k][row:row + n, :t] = d[k]
+            row += n
+            del d
+        return cls(*(out[k] for k in keys))
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

@@ -44,8 +44,8 @@ from .config import mix
 if TYPE_CHECKING:
     from ..models import CausalLM
 
-__all__ = ["AnswerJob", "AnswerRun", "answer_shards", "by_length", "generate_answers", "read_answer_shard",
-           "shard_path"]
+__all__ = ["AnswerJob", "AnswerRun", "answer_shards", "by_length", "generate_answers", "read_answer_index",
+           "read_answer_shard", "shard_path"]
 
 
 @dataclass(frozen=True)
@@ -212,6 +212,14 @@ def read_answer_shard(path: Path) -> tuple[dict[str, torch.Tensor], list[str], l
         meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     return tensors, json.loads(meta.get("ids", "[]")), json.loads(meta.get("families", "[]"))
+
+
+def read_answer_index(path: Path) -> tuple[list[str], list[str], set[str]]:
+    """A shard's ids, families and tensor names, without reading its tensors."""
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+        names = set(f.keys())
+    return json.loads(meta.get("ids", "[]")), json.loads(meta.get("families", "[]")), names
 
 
 def batch_curve(target: CausalLM, jobs: Sequence[AnswerJob], batches: Sequence[int], *, max_new_tokens: int = 128,

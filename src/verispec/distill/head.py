@@ -57,14 +57,14 @@ def map_coverage(data: FeatureSet, vocab_map: torch.Tensor, families: Sequence[s
 def load_answers(paths: Sequence[Path]) -> tuple[FeatureSet, list[str]]:
     """Answer shards (with features) as one :class:`FeatureSet`, and each sequence's family."""
     from ..eagle_train import FeatureSet
-    from .answers import read_answer_shard
+    from .answers import read_answer_index
 
     if not paths:
         raise ValueError("no answer shards given")
     families: list[str] = []
     for p in paths:
-        tensors, _, fam = read_answer_shard(p)
-        if "features" not in tensors:
+        _, fam, names = read_answer_index(p)
+        if "features" not in names:
             raise ValueError(f"{p} has no features: write it with `distill.answers --features`")
         families += fam
     return FeatureSet.load(paths), families

@@ -222,6 +222,24 @@ def test_spec_bench_malformed_lines(tmp_path: Path, line: str, message: str) -> 
     assert [p.id for p in ps] == ["0"]
 
 
+def test_an_instruction_file_reads_as_prompts_and_a_split_keeps_its_own(tmp_path: Path) -> None:
+    from verispec.distill.instructions import Instruction, write_jsonl
+
+    f = tmp_path / "i.jsonl"
+    write_jsonl([Instruction("qa-1", "qa", "s1", "train", "Q one?"), Instruction("qa-2", "qa", "s2", "heldout", "Q two?"),
+                 Instruction("chat-3", "chat", "s3", "heldout", "Hi there.")], f)
+    assert [(p.id, p.category, p.text) for p in load_prompt_file(f)] == [
+        ("qa-1", "qa", "Q one?"), ("qa-2", "qa", "Q two?"), ("chat-3", "chat", "Hi there.")]
+    assert [p.id for p in load_prompt_file(f, split="heldout")] == ["qa-2", "chat-3"]
+    assert [p.id for p in load_prompt_file(f, split="train")] == ["qa-1"]
+    with pytest.raises(WorkloadError, match="no prompts of split 'dev'"):
+        load_prompt_file(f, split="dev")
+    g = tmp_path / "q.jsonl"
+    g.write_text('{"question_id": 1, "category": "c", "turns": ["x"]}\n')
+    with pytest.raises(WorkloadError, match="line 1: no 'split' key"):
+        load_prompt_file(g, split="heldout")
+
+
 def test_spec_bench_file_errors(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match="does not exist"):
         load_prompt_file(tmp_path / "missing.jsonl")
@@ -459,6 +477,8 @@ def test_repeats_default_three_outside_quick() -> None:
     assert _resolve(_args("--repeats", "5"))["repeats"] == 5
     with pytest.raises(ValueError, match="--repeats must be >= 1, got 0"):
         _resolve(_args("--repeats", "0"))
+    with pytest.raises(ValueError, match="--split selects lines of a --prompts file"):
+        _resolve(_args("--split", "heldout"))
 
 
 def test_bootstrap_interval_is_seeded_and_brackets_the_ratio() -> None:

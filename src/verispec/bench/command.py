@@ -37,7 +37,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("workload")
     g.add_argument("--workload", help="built-in prompt set(s), comma-separated: "
                    + ", ".join(BUILTIN_WORKLOADS) + " or all (default all; --quick: code)")
-    g.add_argument("--prompts", metavar="FILE.jsonl", help="Spec-Bench format question file instead of --workload")
+    g.add_argument("--prompts", metavar="FILE.jsonl",
+                   help="Spec-Bench format question file (or a `distill instructions` file) instead of --workload")
+    g.add_argument("--split", default="", metavar="NAME",
+                   help="with --prompts: only lines of this split, e.g. heldout of a `distill instructions` file")
     g.add_argument("--skip-bad", action="store_true", help="skip malformed lines of --prompts with a warning")
     g.add_argument("--limit", type=int, metavar="N", help="use the first N prompts of each category")
     g = parser.add_argument_group("decoding")
@@ -86,6 +89,8 @@ def _resolve(args: argparse.Namespace) -> dict:
     opt = {key: getattr(args, key) if getattr(args, key) is not None else preset[key] for key in preset}
     if args.prompts and args.workload:
         raise ValueError("give either --workload or --prompts, not both")
+    if args.split and not args.prompts:
+        raise ValueError("--split selects lines of a --prompts file; give --prompts FILE.jsonl")
     if opt["max_new_tokens"] < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {opt['max_new_tokens']}")
     if opt["repeats"] < 1:
@@ -102,7 +107,8 @@ def _resolve(args: argparse.Namespace) -> dict:
 
 def _load_prompts(args: argparse.Namespace, opt: dict) -> tuple[list[BenchPrompt], str]:
     if args.prompts:
-        prompts, name = load_prompt_file(args.prompts, skip_bad=args.skip_bad), Path(args.prompts).name
+        prompts = load_prompt_file(args.prompts, skip_bad=args.skip_bad, split=args.split)
+        name = Path(args.prompts).name + (f" ({args.split})" if args.split else "")
     else:
         prompts, name = load_workload(opt["workload"]), opt["workload"]
     if opt["limit"] is not None:
@@ -261,7 +267,7 @@ def run_bench(args: argparse.Namespace) -> int:
                     "seconds": round(run.finished - run.started, 1)},
         "settings": {
             "target": args.target, "drafters": [d.label for d in drafters], "workload": workload,
-            "prompts_file": args.prompts, "limit": opt["limit"], "quick": args.quick,
+            "prompts_file": args.prompts, "split": args.split or None, "limit": opt["limit"], "quick": args.quick,
             "max_new_tokens": opt["max_new_tokens"], "ks": opt["ks"], "repeats": opt["repeats"],
             "seed": args.seed, "method": args.method, "compare": args.compare,
             "sampling": {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p},

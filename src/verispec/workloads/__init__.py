@@ -11,6 +11,10 @@ Only the first turn is used, as a single user message through the target's chat 
 Built-in files may add ``"chat": false`` to feed a turn as raw text instead. Blank lines are
 ignored; anything else that is not such an object is a :class:`WorkloadError` naming the line,
 or (``skip_bad=True``) skipped with a warning.
+
+An instruction file of ``verispec distill instructions`` (``{"id", "family", "source", "split",
+"text"}`` per line) reads the same way, ``family`` as the category; ``split="heldout"`` keeps
+only the held-out ones (the prompts a draft trained on the other split never saw).
 """
 
 from __future__ import annotations
@@ -63,8 +67,9 @@ def load_workload(names: str) -> list[BenchPrompt]:
     return prompts
 
 
-def load_prompt_file(path: str | Path, *, skip_bad: bool = False) -> list[BenchPrompt]:
-    """Read a Spec-Bench style ``.jsonl`` question file (see the module docstring)."""
+def load_prompt_file(path: str | Path, *, skip_bad: bool = False, split: str = "") -> list[BenchPrompt]:
+    """Read a Spec-Bench style ``.jsonl`` question file or an instruction file (see the module
+    docstring); ``split``: only lines of that split (every line must then have one)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -72,18 +77,21 @@ def load_prompt_file(path: str | Path, *, skip_bad: bool = False) -> list[BenchP
         raise WorkloadError(f"prompt file {str(path)!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:
         raise WorkloadError(f"cannot read prompt file {str(path)!r}: {e}") from e
-    return parse_prompts(text, source=str(path), skip_bad=skip_bad)
+    return parse_prompts(text, source=str(path), skip_bad=skip_bad, split=split)
 
 
-def parse_prompts(text: str, *, source: str = "<prompts>", skip_bad: bool = False) -> list[BenchPrompt]:
-    """Parse Spec-Bench ``.jsonl`` text; errors name ``source`` and the 1-based line number."""
+def parse_prompts(text: str, *, source: str = "<prompts>", skip_bad: bool = False, split: str = "") -> list[BenchPrompt]:
+    """Parse Spec-Bench (or instruction) ``.jsonl`` text, only ``split``'s lines if given; errors
+    name ``source`` and the 1-based line number."""
     prompts: list[BenchPrompt] = []
     seen: set[str] = set()
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            prompt = _parse_line(line)
+            prompt = _parse_line(line, split)
+            if prompt is None:
+                continue
             if prompt.id in seen:
                 raise ValueError(f"duplicate question_id {prompt.id!r}")
         except ValueError as e:
@@ -95,17 +103,25 @@ def parse_prompts(text: str, *, source: str = "<prompts>", skip_bad: bool = Fals
         seen.add(prompt.id)
         prompts.append(prompt)
     if not prompts:
-        raise WorkloadError(f"{source}: no prompts")
+        raise WorkloadError(f"{source}: no prompts" + (f" of split {split!r}" if split else ""))
     return prompts
 
 
-def _parse_line(line: str) -> BenchPrompt:
+def _parse_line(line: str, split: str = "") -> BenchPrompt | None:
+    """One line's prompt, or None when ``split`` is given and the line is of another split."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg} at column {e.colno})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if split:
+        if "split" not in obj:
+            raise ValueError(f"no 'split' key, but only split {split!r} was asked for")
+        if obj["split"] != split:
+            return None
+    if "turns" not in obj and {"id", "family", "text"} <= obj.keys():  # an instruction of distill instructions
+        obj = {"question_id": obj["id"], "category": obj["family"], "turns": [obj["text"]]}
     missing = [k for k in ("question_id", "category", "turns") if k not in obj]
     if missing:
         raise ValueError(f"missing key(s) {', '.join(missing)}")

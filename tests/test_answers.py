@@ -234,3 +234,24 @@ def test_feature_sets_load_shards_of_different_lengths_padded_with_zeros(tmp_pat
                for d in shards]
         assert torch.equal(getattr(got, k), torch.cat(pad)), k
     assert int(got.weight[0, 5:].sum()) == 0 and int(got.weight[2, :].sum()) == 9  # padding: weight 0
+
+
+def test_on_pass_reports_every_target_pass_with_rows_and_columns(tiny_target, tmp_path) -> None:
+    records = []
+    run = _run(tiny_target, tmp_path, on_pass=records.append)
+    assert run.answers == len(JOBS)
+    passes = [r["passes"] for r in records]
+    assert passes == sorted(set(passes)) and passes[0] >= 1
+    assert passes[-1] >= 6 - 1  # an answer of up to 6 tokens: its first from the prefill, then a pass each
+    assert all(0 <= r["rows"] <= 3 and r["pass_s"] >= 0 for r in records)
+    assert all(r["columns"] >= 1 for r in records if r["rows"])  # an emptied batch holds no column
+    assert max(r["rows"] for r in records) == 3  # max_batch rows in flight at some pass
+
+
+def test_a_trace_in_a_missing_folder_is_named_before_any_work(tmp_path, capsys) -> None:
+    from verispec.distill.answers import main
+
+    inst = tmp_path / "i.jsonl"
+    inst.write_text('{"id": "a", "family": "chat", "text": "hi"}\n')
+    code = main(["--instructions", str(inst), "--out", str(tmp_path / "o"), "--trace", str(tmp_path / "no" / "t.jsonl")])
+    assert code == 2 and "--trace" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -28,6 +28,7 @@ A shard holds ``n`` sequences (chat-templated prompt + answer), right-padded to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -115,14 +116,18 @@ def _shard(jobs: Sequence[AnswerJob], prompts: Sequence[list[int]], answers: Seq
 def generate_answers(target: CausalLM, jobs: Sequence[AnswerJob], out: Path, *, max_new_tokens: int = 256,
                      max_batch: int = 64, shard_size: int = 256, seed: int = 0, sample_frac: float = 0.25,
                      temperature: float = 0.8, max_prompt_tokens: int = 512, chat: bool = True, features: bool = False,
-                     time_budget_s: float = 0.0, on_progress: Callable[[AnswerRun], None] | None = None) -> AnswerRun:
+                     time_budget_s: float = 0.0, on_progress: Callable[[AnswerRun], None] | None = None,
+                     on_pass: Callable[[dict], None] | None = None) -> AnswerRun:
     """Answer every job whose shard under ``out`` is missing (see the module doc); begin no new
     shard after ``time_budget_s`` seconds (0 = no limit; the shards begun are admitted and finish).
 
     ``jobs`` must have unique ids; a prompt longer than ``max_prompt_tokens`` keeps its first
     tokens' text cut so that it fits (the chat template stays whole). ``chat``: prompts go through
     the target's chat template (as users send them), else they are plain text. ``features``:
-    also keep the target's hidden states (see the module doc).
+    also keep the target's hidden states (see the module doc). ``on_pass``: called after target
+    passes with ``{"t": seconds since the start, "passes": passes so far, "rows", "columns": rows
+    in flight and cache columns after them (finished rows gone), "pass_s": seconds of those
+    passes}``: where a run's time goes.
     """
     from ..engine import Request, SpeculativeDecoder
     from ..engine.costs import PassCosts
@@ -163,7 +168,13 @@ def generate_answers(target: CausalLM, jobs: Sequence[AnswerJob], out: Path, *, 
     pending = {si: set(shards[si]) for si in todo}
     shard_of = {i: si for si in todo for i in shards[si]}
     state = dec.start()
+    passes, target_s = 0, 0.0
     for o in dec.run(requests(), max_batch=max_batch, state=state):
+        stats = state.stats
+        if on_pass is not None and stats.target_forwards > passes:
+            on_pass({"t": round(time.perf_counter() - t0, 3), "passes": stats.target_forwards, "rows": len(state.rows),
+                     "columns": state.runner.num_columns, "pass_s": round(stats.time_target - target_s, 5)})
+            passes, target_s = stats.target_forwards, stats.time_target
         if o.completion is None:
             continue
         i = o.request_id
@@ -275,6 +286,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
                          "float32 output head (several times faster matrix products where the CPU has bfloat16 "
                          "units; an approximation of the float32 target, recorded in each shard)")
     ap.add_argument("--curve", default="", help="comma-separated max_batch values: measure tok/s, write nothing")
+    ap.add_argument("--trace", default="", metavar="FILE",
+                    help="write a JSON line per target pass: time, rows, cache columns, pass seconds")
     args = ap.parse_args(argv)
 
     def body() -> int:
@@ -282,6 +295,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
 
         from ..models import cpu_name, float32_head, load_causal_lm
 
+        if args.trace and not Path(args.trace).parent.is_dir():
+            raise ValueError(f"--trace: folder {str(Path(args.trace).parent)!r} does not exist")
         jobs = read_jobs(Path(args.instructions), split=args.split, limit=args.limit)
         target = load_causal_lm(args.target, dtype=getattr(torch, args.dtype))
         float32_head(target.model)  # a no-op in float32
@@ -307,10 +322,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
                            description=f"answers: {run.tokens} tokens, {run.written} shards, "
                                        f"{run.tokens_per_second:.0f} tok/s")
 
-            run = generate_answers(target, jobs, out, max_new_tokens=args.max_new_tokens, max_batch=args.max_batch,
-                                   shard_size=args.shard_size, seed=args.seed, sample_frac=args.sample_frac,
-                                   temperature=args.temperature, features=args.features,
-                                   time_budget_s=args.time_budget, on_progress=report)
+            with open(args.trace, "a", encoding="utf-8") if args.trace else contextlib.nullcontext() as trace:
+                run = generate_answers(target, jobs, out, max_new_tokens=args.max_new_tokens,
+                                       max_batch=args.max_batch, shard_size=args.shard_size, seed=args.seed,
+                                       sample_frac=args.sample_frac, temperature=args.temperature,
+                                       features=args.features, time_budget_s=args.time_budget, on_progress=report,
+                                       on_pass=(lambda r: trace.write(json.dumps(r) + "\n")) if trace else None)
         console.print(f"done: {run.written} shards written, {run.skipped} already there; {run.answers} answers, "
                       f"{run.tokens} tokens in {run.seconds:.0f} s = {run.tokens_per_second:.1f} tok/s")
         return 0

@@ -219,10 +219,10 @@ def _encode(dec, text: str, max_prompt_tokens: int, chat: bool) -> list[int]:
 
 def read_answer_shard(path: Path) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
     """A shard's tensors, ids and families."""
+    ids, families, _ = read_answer_index(path)
     with safe_open(str(path), "pt") as f:
-        meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k) for k in f.keys()}
-    return tensors, json.loads(meta.get("ids", "[]")), json.loads(meta.get("families", "[]"))
+    return tensors, ids, families
 
 
 def read_answer_index(path: Path) -> tuple[list[str], list[str], set[str]]:

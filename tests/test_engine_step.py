@@ -184,9 +184,38 @@ def test_all_greedy_batches_take_the_argmax_path_and_emit_what_the_general_path_
     fast = run(dec, greedy)
     assert calls["argmax"] > 0
     monkeypatch.undo()
-    monkeypatch.setattr(step_mod, "_all_greedy", lambda params: False)
+    monkeypatch.setattr(step_mod, "_argmax_rows", lambda params, d: torch.zeros(len(params), dtype=torch.bool))
     monkeypatch.setattr(step_mod, "verify_argmax", lambda *a, **kw: pytest.fail("fast path when told not to"))
     assert run(dec, greedy) == fast
+
+
+@pytest.mark.parametrize("kind", ["none", "model", "ngram"])
+def test_mixed_batches_transform_only_the_sampled_rows_and_emit_what_the_general_path_does(
+        tiny_target, tiny_draft, kind, monkeypatch):
+    """Greedy and sampled rows in one batch: the greedy rows are verified from the argmax alone and
+    p is built for the sampled rows only; every row's tokens equal the general path's (p for every
+    row), so merging the two parts back puts each outcome in its own row."""
+    from verispec.engine import step as step_mod
+
+    reqs = [Request("hello world hello wor", 16, GREEDY, request_id="g0"), *MIXED[1:3],
+            Request("abc abc", 16, GREEDY, request_id="g1"), MIXED[3],
+            Request("the cat sat on the mat", 16, SamplingParams(temperature=0, seed=3), method="gumbel",
+                    request_id="g-gumbel")]
+    dec = SpeculativeDecoder(tiny_target, drafters(tiny_target, tiny_draft)[kind], k=3)
+    real = step_mod.logits_to_probs
+    widths = []
+
+    def counted(logits, params):
+        widths.append((logits.shape[0], int(params.greedy.sum())))
+        return real(logits, params)
+
+    monkeypatch.setattr(step_mod, "logits_to_probs", counted)
+    split = run(dec, reqs)
+    assert widths and all(g == 0 for _, g in widths)  # no greedy row was transformed
+    assert max(b for b, _ in widths) <= 3  # at most the three sampled rows (prefill included)
+    monkeypatch.setattr(step_mod, "_argmax_rows", lambda params, d: torch.zeros(len(params), dtype=torch.bool))
+    assert run(dec, reqs) == split
+    assert split == alone(dec, reqs)
 
 
 def test_a_step_reports_the_tokens_it_emitted(tiny_target):

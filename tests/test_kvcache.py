@@ -97,7 +97,7 @@ def test_dropping_rows_moves_only_the_last_rows_into_their_places() -> None:
     assert torch.equal(grow.keys, plain.keys[[3, 2, 1, 0]])
 
 
-def test_added_rows_go_into_spare_rows_with_hole_columns() -> None:
+def test_added_rows_go_into_spare_rows_and_the_newest_columns() -> None:
     grow = GrowingLayer()
     k, v = _states(4, 6, seed=0)
     grow.update(k, v)
@@ -107,7 +107,7 @@ def test_added_rows_go_into_spare_rows_with_hole_columns() -> None:
     grow.add_rows(nk, nv)
     assert grow.keys.data_ptr() == start, "adding rows into free rows copied the cache"
     assert grow.keys.shape == (4, 2, 6, 4)
-    assert torch.equal(grow.keys[:2], k[:2]) and torch.equal(grow.keys[2:, :, :3], nk)
+    assert torch.equal(grow.keys[:2], k[:2]) and torch.equal(grow.keys[2:, :, 3:], nk)  # right-aligned
     assert torch.isfinite(grow.keys).all()  # hole columns hold finite values (masked, never NaN)
     wide_k, wide_v = _states(1, 9, seed=2)  # a row wider than the cache widens it
     grow.add_rows(wide_k, wide_v)
@@ -122,3 +122,37 @@ def test_fill_holes_keeps_rows_in_place_and_moves_the_last_ones() -> None:
     assert fill_holes([0, 1, 2], 3) == [0, 1, 2]
     assert fill_holes([], 4) == []
     assert sorted(fill_holes([1, 3, 4, 6, 7], 8)) == [1, 3, 4, 6, 7]
+
+
+def test_a_crop_of_the_front_keeps_the_buffer_and_appends_stay_in_place() -> None:
+    """A window ``[:, :, s:]`` of the buffer is adopted as it is: no copy at the crop, none at the
+    next appends, the same contents as the concatenating layer."""
+    grow, plain = GrowingLayer(), DynamicLayer()
+    k, v = _states(2, 10, seed=0)
+    grow.update(k, v)
+    plain.update(k, v)
+    buf = grow._kbuf.data_ptr()
+    grow.keys, grow.values = grow.keys[:, :, 4:], grow.values[:, :, 4:]
+    plain.keys, plain.values = plain.keys[:, :, 4:], plain.values[:, :, 4:]
+    for i in range(3):
+        k, v = _states(2, 1, seed=i + 1)
+        got = grow.update(k, v)
+        want = plain.update(k, v)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert grow._kbuf.data_ptr() == buf, "an append after a front crop copied the cache"
+    grow.select_rows(torch.tensor([1]))  # rows move within the window
+    assert torch.equal(grow.keys, plain.keys[[1]]) and grow._kbuf.data_ptr() == buf
+    k, v = _states(1, 40, seed=9)  # past capacity: the window moves to column 0 of a new buffer
+    got = grow.update(k, v)
+    assert torch.equal(got[0], torch.cat([plain.keys[[1]], k], dim=2))
+    assert grow._kbuf.data_ptr() != buf
+
+
+def test_a_view_of_another_row_or_head_is_not_taken_for_a_column_window() -> None:
+    from verispec.kvcache import _window
+
+    buf = torch.zeros(3, 2, 8, 4)
+    assert _window(buf[:2, :, 3:7], buf) == 3
+    assert _window(buf[1:, :, :4], buf) is None  # starts at row 1
+    assert _window(buf[:, 1:, :4], buf) is None  # starts at head 1
+    assert _window(buf[:2, :, 3:7].clone(), buf) is None

@@ -139,3 +139,34 @@ def test_extend_with_runners_rolled_back_to_nothing(tiny_target):
     got = r.forward(torch.tensor([[7], [8]]))[:, -1]
     for b, tok in enumerate((7, 8)):
         torch.testing.assert_close(got[b], KVRunner(model, 1).forward(torch.tensor([[tok]]))[0, -1], rtol=0, atol=1e-12)
+
+
+def test_joined_rows_sit_in_the_newest_columns_and_the_oldest_leave_with_their_rows(tiny_target) -> None:
+    """Continuous batching: a narrower row that joins takes the cache's last columns (holes
+    first), so when the oldest row leaves its columns are cropped off the front without a copy,
+    and every row still gets the logits it has alone."""
+    from verispec.kvcache import GrowingLayer
+
+    model = tiny_target.model
+    r = KVRunner(model, 1)
+    old = [5, 6, 7, 8, 9, 10, 11, 12]
+    r.forward(torch.tensor([old]))
+    for t in (20, 21):
+        r.forward(torch.tensor([[t]]))
+    old += [20, 21]
+    new = KVRunner(model, 1)
+    new.forward(torch.tensor([[13, 14, 15]]))
+    r.extend(new)
+    assert r.num_columns == 10
+    assert r.col_pos[1].tolist() == [-1] * 7 + [0, 1, 2]  # right-aligned behind its holes
+    r.forward(torch.tensor([[22], [16]]))
+    old, young = old + [22], [13, 14, 15, 16]
+    layer = r.cache.layers[0]
+    assert isinstance(layer, GrowingLayer)
+    buf = layer._kbuf.data_ptr()
+    r.select(torch.tensor([1]))  # the oldest row leaves: its 7 columns before the young row's go
+    assert r.num_columns == 4 and r.col_pos.tolist() == [[0, 1, 2, 3]]
+    assert layer._kbuf.data_ptr() == buf, "cropping the front copied the cache"
+    got = r.forward(torch.tensor([[17]]))[0]
+    torch.testing.assert_close(got, chain_logits(model, young, [17]), rtol=0, atol=1e-12)
+    assert layer._kbuf.data_ptr() == buf

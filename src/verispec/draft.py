@@ -119,6 +119,14 @@ class Draft:
         return Draft(move(self.tokens), move(self.probs), move(self.num_draft), move(self.parents), self.child_draw,
                      self.forwards, move(self.accept_prob), move(self.confidence))
 
+    def rows(self, index: torch.Tensor) -> Draft:
+        """The rows ``index`` (int64 ``[n]``, on the draft's device), in that order."""
+        def pick(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x[index]
+
+        return Draft(self.tokens[index], pick(self.probs), self.num_draft[index], pick(self.parents), self.child_draw,
+                     self.forwards, pick(self.accept_prob), pick(self.confidence))
+
     def cut(self, width: int) -> Draft:
         """The first ``width`` node slots of every row (``num_draft`` capped to match).
 

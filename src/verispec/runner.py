@@ -6,8 +6,13 @@ position of the token stored there, or -1 for a *hole* (left padding, a rejected
 placeholder). Each forward appends columns; the attention mask lets a query see the columns
 of its own row that are real and not after it (plus itself, so no query row is ever fully
 masked and padding never produces NaN). Rolling back a row only turns its columns into
-holes; columns that are holes in every row are cropped off the end of the cache. With one
+holes; columns that are holes in every row are cropped off either end of the cache. With one
 row there are never holes, the mask is plain causal and HF takes its fast path.
+
+Attention reads every column of every row, holes included, so the layout keeps holes few: a
+row that joins narrower than the cache sits in its newest columns (its holes first), so the
+oldest columns belong to the oldest rows and leave with them (a crop of the front, a view),
+rather than staying alive under every new row's prompt.
 
 Positions are explicit (``position_ids``), so a row's RoPE positions are exactly those it
 would have alone: a row alone and the same row in a batch see the same keys and positions.
@@ -132,7 +137,7 @@ class KVRunner:
         """Roll row b back to its first ``new_lengths[b]`` real tokens (never forward)."""
         self.col_pos = torch.where(self.col_pos < new_lengths[:, None], self.col_pos, -1)
         self.lengths = torch.minimum(self.lengths, new_lengths)
-        self._crop_tail()
+        self._crop_ends()
 
     def commit(self, kept: torch.Tensor) -> None:
         """Keep, of the last pass's ``T`` new columns, those where ``kept [B, T]`` (a root-to-node
@@ -142,35 +147,49 @@ class KVRunner:
         new = torch.where(kept.to(self.col_pos.device), self.col_pos[:, L:], -1)
         self.col_pos = torch.cat([self.col_pos[:, :L], new], dim=1)
         self.lengths = self.col_pos.amax(1, keepdim=False).clamp_min(-1) + 1 if L + T else self.lengths
-        self._crop_tail()
+        self._crop_ends()
 
-    def _crop_tail(self) -> None:
-        """Crop columns that are holes in every row off the end of the cache."""
+    def _crop_ends(self) -> None:
+        """Crop columns that are holes in every row off both ends of the cache (views: no copy)."""
         real = (self.col_pos >= 0).any(0)  # [L]
-        keep = int(real.nonzero().max()) + 1 if bool(real.any()) else 0
+        if not bool(real.any()):
+            first, keep = 0, 0
+        else:
+            used = real.nonzero()
+            first, keep = int(used.min()), int(used.max()) + 1
         drop = self.col_pos.shape[1] - keep
         if drop > 0:
             self.cache.crop(-drop)  # transformers 5.24: a negative count removes that many
-            self.col_pos = self.col_pos[:, :keep]
+        if first > 0:  # the oldest columns, once the rows that held them have left
+            for layer in self.cache.layers:
+                if _held(layer.keys) is not None:
+                    layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+        self.col_pos = self.col_pos[:, first:keep]
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the rows ``rows`` (int64 ``[n]``, in that order): finished and cancelled rows
-        leave the batch. Columns that are then holes in every row are dropped once they are a quarter
-        of the cache (or trail it); before that, in-place layers only move rows in their buffers."""
+        leave the batch. Columns that are then holes in every row are cropped off either end (a
+        view), and dropped from the middle once they are a quarter of the cache (a copy); before
+        that, in-place layers only move rows in their buffers."""
         rows = rows.to(self.col_pos.device)
         self.col_pos, self.lengths = self.col_pos[rows], self.lengths[rows]
-        used = (self.col_pos >= 0).any(0)  # [L] columns some row still uses
-        if self._in_place() and 4 * int(used.sum()) >= 3 * len(used):
-            # Few dead columns: keep them (holes) and move rows within the buffers, not the cache.
+        if self._in_place():
             for layer in self.cache.layers:
                 layer.select_rows(rows)
-            self._crop_tail()
+            self._crop_ends()
+            used = (self.col_pos >= 0).any(0)  # [L] columns some row still uses
+            if 4 * int(used.sum()) < 3 * len(used):
+                self._keep(None, used.nonzero().squeeze(1))
             return
-        cols = used.nonzero().squeeze(1)  # [L']
+        self._keep(rows, (self.col_pos >= 0).any(0).nonzero().squeeze(1))
+
+    def _keep(self, rows: torch.Tensor | None, cols: torch.Tensor) -> None:
+        """Copy the cache's rows ``rows`` (``None``: all; ``col_pos`` has them already) and columns
+        ``cols [L']`` into fresh tensors."""
         for layer in self.cache.layers:
             if _held(layer.keys) is not None and len(cols):
-                layer.keys = layer.keys[rows][:, :, cols]
-                layer.values = layer.values[rows][:, :, cols]
+                k, v = (layer.keys, layer.values) if rows is None else (layer.keys[rows], layer.values[rows])
+                layer.keys, layer.values = k[:, :, cols], v[:, :, cols]
             else:
                 _empty(layer)
         self.col_pos = self.col_pos[:, cols]
@@ -178,7 +197,9 @@ class KVRunner:
     def extend(self, *others: KVRunner) -> None:
         """Append the rows of ``others`` (runners over the same model, e.g. new requests prefilled
         on their own) after this one's, in one copy per layer (none when this runner is empty and
-        there is one other: it takes that cache). Shorter rows get hole columns. ``others`` are
+        there is one other: it takes that cache). Narrower rows get hole columns before their own
+        (right-aligned: every row's newest token in the last column, so the oldest columns die
+        with the oldest rows and are cropped off the front). ``others`` are
         consumed: their caches may now be this runner's, so they are not to be used again."""
         runners = (self, *others)
         if any(len(r.cache.layers) != len(self.cache.layers) for r in others):
@@ -198,12 +219,12 @@ class KVRunner:
                 if ref is None:
                     _empty(a)  # no column anywhere: the next pass starts the layer afresh
                     continue
-                setattr(a, name, torch.cat([_pad_columns(x, W, len(r.lengths), ref) for x, r in zip(held, runners)]))
+                setattr(a, name, torch.cat([_pad_front(x, W, len(r.lengths), ref) for x, r in zip(held, runners)]))
             if ref is not None and not a.is_initialized:  # a held nothing: it now holds the others' columns
                 a.device, a.is_initialized = ref.device, True
         device = self.col_pos.device
         hole = torch.full((1, 1), -1, dtype=torch.int64, device=device)
-        self.col_pos = torch.cat([torch.cat([r.col_pos.to(device), hole.expand(len(r.lengths), W - r.num_columns)], 1)
+        self.col_pos = torch.cat([torch.cat([hole.expand(len(r.lengths), W - r.num_columns), r.col_pos.to(device)], 1)
                                   for r in runners])
         self.lengths = torch.cat([r.lengths.to(device) for r in runners])
 
@@ -217,7 +238,8 @@ class KVRunner:
 
     def _add_rows(self, others: tuple[KVRunner, ...]) -> None:
         """:meth:`extend` without copying this runner's rows: the others are joined on their own
-        (a copy of the new rows only), then written into this cache's spare rows."""
+        (a copy of the new rows only), then written into this cache's spare rows, in its newest
+        columns when narrower (when wider, this runner's rows get hole columns at the end)."""
         joined = KVRunner(self.model, 0)
         joined.extend(*others)
         for a, o in zip(self.cache.layers, joined.cache.layers):
@@ -228,8 +250,9 @@ class KVRunner:
         W = max(self.num_columns, joined.num_columns)
         device = self.col_pos.device
         hole = torch.full((1, 1), -1, dtype=torch.int64, device=device)
-        self.col_pos = torch.cat([torch.cat([r.col_pos.to(device), hole.expand(len(r.lengths), W - r.num_columns)], 1)
-                                  for r in (self, joined)])
+        mine = torch.cat([self.col_pos, hole.expand(len(self.lengths), W - self.num_columns)], 1)
+        new = torch.cat([hole.expand(len(joined.lengths), W - joined.num_columns), joined.col_pos.to(device)], 1)
+        self.col_pos = torch.cat([mine, new])
         self.lengths = torch.cat([self.lengths, joined.lengths.to(device)])
 
     @property
@@ -316,9 +339,9 @@ def _ancestors(parents: torch.Tensor) -> torch.Tensor:
     return anc
 
 
-def _pad_columns(x: torch.Tensor | None, W: int, B: int, ref: torch.Tensor) -> torch.Tensor:
-    """``x [B, H, L, D]`` padded with zero (hole) columns to ``[B, H, W, D]``; ``None`` (no
+def _pad_front(x: torch.Tensor | None, W: int, B: int, ref: torch.Tensor) -> torch.Tensor:
+    """``x [B, H, L, D]`` behind ``W - L`` zero (hole) columns: ``[B, H, W, D]``; ``None`` (no
     column yet) becomes ``B`` rows of zeros shaped like ``ref``."""
     if x is None:
         return ref.new_zeros(B, ref.shape[1], W, ref.shape[3])
-    return torch.cat([x, x.new_zeros(B, x.shape[1], W - x.shape[2], x.shape[3])], dim=2)
+    return torch.cat([x.new_zeros(B, x.shape[1], W - x.shape[2], x.shape[3]), x], dim=2)

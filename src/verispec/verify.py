@@ -39,7 +39,7 @@ import torch
 from .draft import Draft
 from .rng import COUNTER, STREAM_ACCEPT, STREAM_EMIT, Draws, inverse_cdf, random_seeds
 
-__all__ = ["Verification", "verify", "verify_draft", "verify_argmax", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
+__all__ = ["Verification", "verify", "verify_draft", "verify_argmax", "merge_rows", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
 
 METHODS = ("exact", "gumbel")
 
@@ -185,7 +185,7 @@ def _verify_by_method(p, q, d, drafted, num_draft, seeds, positions, draws, gree
     by_gumbel = _verify_gumbel(p[g], d[g], drafted[g], num_draft[g], seeds[g], positions[g], draws)
     by_exact = _verify(p[e], None if q is None else q[e], d[e], drafted[e], num_draft[e], seeds[e], positions[e],
                        draws, greedy[e])
-    return _merge_rows(p.shape[0], (g, by_gumbel), (e, by_exact), num_draft=num_draft)
+    return merge_rows(p.shape[0], (g, by_gumbel), (e, by_exact), num_draft=num_draft)
 
 
 def _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy) -> Verification:
@@ -198,7 +198,7 @@ def _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy) -> Ver
     fast = _verify_greedy(p[g], d[g], drafted[g], num_draft[g])
     slow = _verify_exact(p[s], None if q is None else q[s], d[s], drafted[s], num_draft[s], seeds[s], positions[s],
                          draws)
-    return _merge_rows(p.shape[0], (g, fast), (s, slow), num_draft=num_draft)
+    return merge_rows(p.shape[0], (g, fast), (s, slow), num_draft=num_draft)
 
 
 def _greedy_rows(p: torch.Tensor, greedy: bool | torch.Tensor | None) -> torch.Tensor:
@@ -397,8 +397,10 @@ def verify_argmax(
     return _assemble(d, num_accepted, x, num_draft)
 
 
-def _merge_rows(B: int, *parts: tuple[torch.Tensor, Verification], num_draft: torch.Tensor) -> Verification:
-    """Scatter per-subset results (row indices, Verification) back into one batch of B rows."""
+def merge_rows(B: int, *parts: tuple[torch.Tensor, Verification], num_draft: torch.Tensor) -> Verification:
+    """Scatter per-subset chain results (row indices ``[n]``, Verification) back into one batch of
+    B rows; ``num_draft [B]`` is the whole batch's. Each row's outcome depends on that row alone
+    (draws are keyed by its seed and position), so verifying subsets apart changes nothing."""
     (_, first), K1 = parts[0], parts[0][1].tokens.shape[1]
     tokens = first.tokens.new_empty(B, K1)
     num_accepted = first.num_accepted.new_empty(B)

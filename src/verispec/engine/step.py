@@ -32,7 +32,7 @@ import torch
 from ..draft import Draft
 from ..drafters import DraftAsk
 from ..sampling import RowParams, logits_to_probs
-from ..verify import Verification, verify_argmax, verify_draft
+from ..verify import Verification, merge_rows, verify_argmax, verify_draft
 from .requests import Completion, RequestOutput
 from .state import BatchState, Row
 from .stats import BONUS, GenerationStats, account, add_calibration, residual_origin, uncount
@@ -127,19 +127,43 @@ def first_tokens(dec: SpeculativeDecoder, state: BatchState, first: int, logits:
 def _verify(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: torch.Tensor, params: RowParams,
             seeds: torch.Tensor, positions: torch.Tensor, methods: str | list[str]) -> Verification:
     """The verifier's outcome for rows with these sampling ``params``, ``seeds`` and ``positions``
-    (of each row's slot 0) given the target's ``logits [B, N+1, V_t]``."""
+    (of each row's slot 0) given the target's ``logits [B, N+1, V_t]``.
+
+    A greedy row's p is one-hot at the argmax, so for chains only the sampled rows need p: a
+    batch that mixes both verifies its greedy rows from the argmax alone and builds
+    ``[b, N+1, V]`` for its b sampled rows only (each row's outcome depends on that row alone)."""
     t0 = time.perf_counter()
-    device = logits.device
-    if d.is_chain and _all_greedy(params):  # only argmax p matters: no [B, N+1, V] transform
-        out = verify_argmax(_argmax_tokens(logits, dec.target.vocab_size), d.tokens.to(device),
-                            d.num_draft.to(device))
-        state.stats.time_verify += time.perf_counter() - t0
-        return out
-    p = logits_to_probs(_fit_vocab(logits.to(dec.dtype), dec.target.vocab_size), params)  # [B, N+1, V]
-    out = verify_draft(p, d.to(device), seeds=seeds, positions=positions.to(device), method=methods,
-                       greedy=params.greedy.to(device), validate=False)
+    greedy = _argmax_rows(params, d)
+    if not bool(greedy.any()):
+        out = _verify_sampled(dec, d, logits, params, seeds, positions, methods)
+    elif bool(greedy.all()):
+        out = _verify_greedy(dec, d, logits)
+    else:
+        device = logits.device
+        g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
+        gd, sd = g.to(device), s.to(device)
+        picked = methods if isinstance(methods, str) else [methods[i] for i in s.tolist()]
+        sampled = _verify_sampled(dec, d.rows(s), logits[sd], params.rows(s), seeds[s.to(seeds.device)],
+                                  positions[s], picked)
+        out = merge_rows(len(greedy), (gd, _verify_greedy(dec, d.rows(g), logits[gd])), (sd, sampled),
+                         num_draft=d.num_draft.to(device))
     state.stats.time_verify += time.perf_counter() - t0
     return out
+
+
+def _verify_greedy(dec: SpeculativeDecoder, d: Draft, logits: torch.Tensor) -> Verification:
+    """Chains of greedy rows: only argmax p matters, no ``[B, N+1, V]`` transform."""
+    device = logits.device
+    return verify_argmax(_argmax_tokens(logits, dec.target.vocab_size), d.tokens.to(device), d.num_draft.to(device))
+
+
+def _verify_sampled(dec: SpeculativeDecoder, d: Draft, logits: torch.Tensor, params: RowParams, seeds: torch.Tensor,
+                    positions: torch.Tensor, methods: str | list[str]) -> Verification:
+    """Any rows: p = each row's transform of its logits ``[B, N+1, V]``, then the verifier."""
+    device = logits.device
+    p = logits_to_probs(_fit_vocab(logits.to(dec.dtype), dec.target.vocab_size), params)  # [B, N+1, V]
+    return verify_draft(p, d.to(device), seeds=seeds, positions=positions.to(device), method=methods,
+                        greedy=params.greedy.to(device), validate=False)
 
 
 def commit(dec: SpeculativeDecoder, state: BatchState, d: Draft, out: Verification, hidden: torch.Tensor | None
@@ -282,9 +306,12 @@ def fill_holes(keep: list[int], B: int) -> list[int]:
     return order
 
 
-def _all_greedy(params: RowParams) -> bool:
-    """Every row decodes at temperature 0 (its p is one-hot at the argmax, whatever its method)."""
-    return params.all_greedy
+def _argmax_rows(params: RowParams, d: Draft) -> torch.Tensor:
+    """``[B]`` bool: the rows verified from the argmax alone, the greedy rows (temperature 0: p is
+    one-hot at the argmax, whatever the method) when the draft is a chain; trees go through p."""
+    if not d.is_chain:
+        return torch.zeros(len(params), dtype=torch.bool)
+    return params.greedy if not params.all_greedy else torch.ones(len(params), dtype=torch.bool)
 
 
 def _argmax_tokens(logits: torch.Tensor, V: int) -> torch.Tensor:

@@ -186,6 +186,42 @@ def test_a_time_budget_shortens_head_training_after_its_first_steps(tmp_path) ->
     assert summary["steps"] == 20 and summary["train"]["eval"]["step"] == 20
 
 
+def test_steps_within_a_budget_follow_the_pace_so_far() -> None:
+    from verispec.eagle_train import steps_within
+
+    assert steps_within(100, 20, 20, 20, 1000) == 100  # 1 s per step: 80 more
+    assert steps_within(100, 60, 40, 40, 100) == 66  # slowed to 1.5 s per step: 26 more
+    assert steps_within(10, 60, 40, 40, 100) == 40  # over budget already: stop here, never go back
+    assert steps_within(1e9, 20, 20, 20, 300) == 300  # never more than asked
+    assert steps_within(100, 20, 20, 520, 10_000) == 600  # resumed at 520: this run's pace and time
+
+
+def test_a_machine_that_slows_mid_run_shortens_head_training_again(tmp_path, monkeypatch) -> None:
+    """The budget is re-read every 20 steps: a clock that runs at 1 s per step for the first 20 and
+    at 4 s per step after lowers the planned steps again (one estimate after 20 steps would keep
+    the first plan, 100 steps, and overrun the budget)."""
+    import types
+
+    import verispec.eagle_train as eagle_train
+    from verispec.distill.head import train_head
+    from verispec.eagle import save_eagle_head
+    from verispec.testing import tiny_eagle, tiny_llama
+
+    tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    _run(tiny_target, tmp_path / "train", features=True)
+    init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
+    save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
+    shards = answer_shards(tmp_path / "train")
+    reads = iter([0.0, 20.0] + [20.0 + 80.0 * k for k in range(1, 1000)])  # t0, step 20, then every 20 steps
+    monkeypatch.setattr(eagle_train, "time", types.SimpleNamespace(perf_counter=lambda: next(reads)))
+    logs: list[str] = []
+    summary = train_head(tiny_target, shards, shards, tmp_path / "out", init_from=str(tmp_path / "init"), steps=400,
+                         time_budget_s=100, held_eval=2, log=logs.append)
+    plans = [line for line in logs if "steps fit the time budget" in line]
+    assert plans[0].endswith("100 steps fit the time budget")
+    assert summary["steps"] < 100 and len(plans) >= 2
+
+
 def test_bfloat16_autocast_training_keeps_float32_weights_and_follows_the_float32_run(tmp_path) -> None:
     """Training with the forward's matrix products in bfloat16 moves the head as float32 training
     does (close), yet not identically (so the autocast really ran), and keeps float32 weights."""

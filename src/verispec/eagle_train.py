@@ -245,6 +245,14 @@ def unrolled_loss(outs: Sequence[torch.Tensor], f: torch.Tensor, w: torch.Tensor
     return loss, info
 
 
+def steps_within(budget_s: float, elapsed_s: float, done: int, step: int, steps: int) -> int:
+    """The last step that ends within ``budget_s`` at the pace of the ``done`` steps this run took
+    ``elapsed_s`` for (their evaluations included), at most ``steps`` and never before ``step``.
+    Re-read every 20 steps, so a machine that slows down mid-run shortens the run again."""
+    per_step = elapsed_s / max(done, 1)
+    return min(steps, max(step, step + int((budget_s - elapsed_s) / per_step)))
+
+
 def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: torch.Tensor, out: Path, *,
                 steps: int, batch_size: int = 4, lr: float = 3e-3, depth: int = 3, noise: float = 0.05,
                 reg_weight: float = 0.1, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
@@ -257,9 +265,10 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
     uniform). ``init_from``: start from these weights (fine-tuning) instead of the
     pass-through initialisation. ``answers_only``: score only positions whose next token the
     target generated (where a head drafts), the rest being context. ``held_eval``: evaluate
-    on the first ``held_eval`` held-out sequences only (0 = all). ``time_budget_s`` > 0: after
-    20 steps, lower ``steps`` once so that the run ends within the budget (the learning-rate
-    schedule then follows the new length; the result records it). ``autocast`` (e.g.
+    on the first ``held_eval`` held-out sequences only (0 = all). ``time_budget_s`` > 0: every
+    20 steps, lower ``steps`` so that the run ends within the budget at the pace so far
+    (:func:`steps_within`; the learning-rate schedule then follows the new length; the result
+    records it). ``autocast`` (e.g.
     ``torch.bfloat16``): the forward's matrix products in that dtype (``torch.autocast``; the
     weights, gradients, optimizer and the softmaxes stay float32), several times faster on CPUs
     with bfloat16 matrix units.
@@ -288,7 +297,7 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
 
     for _ in range(step):  # replay the batch stream so a resumed run sees the same batches
         draw()
-    t0 = time.perf_counter()
+    t0, first = time.perf_counter(), step
     task = progress.add_task("training (EAGLE head)", total=steps, completed=step) if progress else None
     last = history[-1] if history else {}
     while step < steps:
@@ -307,12 +316,14 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         step += 1
-        if time_budget_s and step == 20:
-            per_step = (time.perf_counter() - t0) / 20
-            steps = min(steps, max(step, int(time_budget_s / per_step)))
-            log(f"{per_step:.2f} s per step: {steps} steps fit the time budget")
-            if task is not None:
-                progress.update(task, total=steps)
+        if time_budget_s and (step - first) % 20 == 0:
+            elapsed = time.perf_counter() - t0
+            fit = steps_within(time_budget_s, elapsed, step - first, step, steps)
+            if fit < steps:
+                steps = fit
+                log(f"{elapsed / (step - first):.2f} s per step so far: {steps} steps fit the time budget")
+                if task is not None:
+                    progress.update(task, total=steps)
         if progress:
             progress.update(task, advance=1, description="training (EAGLE head) " +
                             " ".join(f"{k} {v:.2f}" for k, v in info.items()))

@@ -297,7 +297,7 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
 
     for _ in range(step):  # replay the batch stream so a resumed run sees the same batches
         draw()
-    t0, first = time.perf_counter(), step
+    t0, first, told = time.perf_counter(), step, float("inf")
     task = progress.add_task("training (EAGLE head)", total=steps, completed=step) if progress else None
     last = history[-1] if history else {}
     while step < steps:
@@ -321,7 +321,9 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
             fit = steps_within(time_budget_s, elapsed, step - first, step, steps)
             if fit < steps:
                 steps = fit
-                log(f"{elapsed / (step - first):.2f} s per step so far: {steps} steps fit the time budget")
+                if steps < 0.98 * told:  # say so when the plan moved, not at every small step
+                    told = steps
+                    log(f"{elapsed / (step - first):.2f} s per step so far: {steps} steps fit the time budget")
                 if task is not None:
                     progress.update(task, total=steps)
         if progress:

@@ -309,9 +309,7 @@ def fill_holes(keep: list[int], B: int) -> list[int]:
 def _argmax_rows(params: RowParams, d: Draft) -> torch.Tensor:
     """``[B]`` bool: the rows verified from the argmax alone, the greedy rows (temperature 0: p is
     one-hot at the argmax, whatever the method) when the draft is a chain; trees go through p."""
-    if not d.is_chain:
-        return torch.zeros(len(params), dtype=torch.bool)
-    return params.greedy if not params.all_greedy else torch.ones(len(params), dtype=torch.bool)
+    return params.greedy if d.is_chain else torch.zeros(len(params), dtype=torch.bool)
 
 
 def _argmax_tokens(logits: torch.Tensor, V: int) -> torch.Tensor:

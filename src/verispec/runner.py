@@ -169,27 +169,25 @@ class KVRunner:
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the rows ``rows`` (int64 ``[n]``, in that order): finished and cancelled rows
         leave the batch. Columns that are then holes in every row are cropped off either end (a
-        view), and dropped from the middle once they are a quarter of the cache (a copy); before
-        that, in-place layers only move rows in their buffers."""
+        view); once they are a quarter of the columns between, the rows and columns that stay are
+        copied out in one go instead. Before that, in-place layers only move rows in their buffers."""
         rows = rows.to(self.col_pos.device)
         self.col_pos, self.lengths = self.col_pos[rows], self.lengths[rows]
-        if self._in_place():
-            for layer in self.cache.layers:
-                layer.select_rows(rows)
-            self._crop_ends()
-            used = (self.col_pos >= 0).any(0)  # [L] columns some row still uses
-            if 4 * int(used.sum()) < 3 * len(used):
-                self._keep(None, used.nonzero().squeeze(1))
+        cols = (self.col_pos >= 0).any(0).nonzero().squeeze(1)  # [L'] columns some row still uses
+        span = int(cols.max() - cols.min()) + 1 if len(cols) else 0  # what is left after cropping the ends
+        if not self._in_place() or 4 * len(cols) < 3 * span or not len(cols):
+            self._keep(rows, cols)  # one copy of the rows and columns that stay
             return
-        self._keep(rows, (self.col_pos >= 0).any(0).nonzero().squeeze(1))
+        for layer in self.cache.layers:  # few dead columns: move rows within the buffers
+            layer.select_rows(rows)
+        self._crop_ends()
 
-    def _keep(self, rows: torch.Tensor | None, cols: torch.Tensor) -> None:
-        """Copy the cache's rows ``rows`` (``None``: all; ``col_pos`` has them already) and columns
-        ``cols [L']`` into fresh tensors."""
+    def _keep(self, rows: torch.Tensor, cols: torch.Tensor) -> None:
+        """Copy the cache's rows ``rows`` (``col_pos`` has them already) and columns ``cols [L']``
+        into fresh tensors."""
         for layer in self.cache.layers:
             if _held(layer.keys) is not None and len(cols):
-                k, v = (layer.keys, layer.values) if rows is None else (layer.keys[rows], layer.values[rows])
-                layer.keys, layer.values = k[:, :, cols], v[:, :, cols]
+                layer.keys, layer.values = layer.keys[rows][:, :, cols], layer.values[rows][:, :, cols]
             else:
                 _empty(layer)
         self.col_pos = self.col_pos[:, cols]

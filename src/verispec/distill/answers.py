@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..models import CausalLM
 
 __all__ = ["AnswerJob", "AnswerRun", "answer_shards", "by_length", "generate_answers", "read_answer_index",
-           "read_answer_shard", "shard_path"]
+           "read_answer_shard", "shard_path", "shard_tensors"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _sampled(job: AnswerJob, seed: int, sample_frac: float) -> bool:
     return (mix(seed, "sample", job.id) % 10_000) < sample_frac * 10_000
 
 
-def _shard(jobs: Sequence[AnswerJob], prompts: Sequence[list[int]], answers: Sequence[list[int]],
+def shard_tensors(jobs: Sequence[AnswerJob], prompts: Sequence[list[int]], answers: Sequence[list[int]],
            features: Sequence[torch.Tensor] | None = None, dtype: str = "torch.float32"
            ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors and metadata of one shard (see the module doc)."""
@@ -187,9 +187,10 @@ def generate_answers(target: CausalLM, jobs: Sequence[AnswerJob], out: Path, *, 
         pending[si].discard(i)
         if not pending[si]:
             idx = shards[si]
-            tensors, meta = _shard([jobs[j] for j in idx], [prompts.pop(j) for j in idx], [answers.pop(j) for j in idx],
-                                   [feats.pop(j) for j in idx] if recorder is not None else None,
-                                   dtype=str(target.model.dtype))
+            tensors, meta = shard_tensors([jobs[j] for j in idx], [prompts.pop(j) for j in idx],
+                                          [answers.pop(j) for j in idx],
+                                          [feats.pop(j) for j in idx] if recorder is not None else None,
+                                          dtype=str(target.model.dtype))
             atomic_save(tensors, shard_path(out, si), metadata=meta)
             run.written += 1
         run.seconds = time.perf_counter() - t0
@@ -281,10 +282,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--time-budget", type=float, default=0.0,
                     help="begin no new shard after this many seconds (the shards begun finish)")
     ap.add_argument("--features", action="store_true", help="keep the target's hidden states in the shards")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "auto"),
                     help="precision of the target while it generates: bfloat16 runs the body in bfloat16 with a "
-                         "float32 output head (several times faster matrix products where the CPU has bfloat16 "
-                         "units; an approximation of the float32 target, recorded in each shard)")
+                         "float32 output head (an approximation of the float32 target, recorded in each shard; "
+                         "several times faster where the CPU has AMX, slower where it has only AVX-512); auto: "
+                         "whichever multiplies matrices faster on this machine (measured once)")
     ap.add_argument("--curve", default="", help="comma-separated max_batch values: measure tok/s, write nothing")
     ap.add_argument("--trace", default="", metavar="FILE",
                     help="write a JSON line per target pass: time, rows, cache columns, pass seconds")
@@ -293,15 +295,18 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     def body() -> int:
         from rich.console import Console
 
-        from ..models import cpu_name, float32_head, load_causal_lm
+        from ..models import cpu_name, float32_head, load_causal_lm, matmul_dtype
 
         if args.trace and not Path(args.trace).parent.is_dir():
             raise ValueError(f"--trace: folder {str(Path(args.trace).parent)!r} does not exist")
         jobs = read_jobs(Path(args.instructions), split=args.split, limit=args.limit)
-        target = load_causal_lm(args.target, dtype=getattr(torch, args.dtype))
+        console = Console(stderr=True)
+        dtype = matmul_dtype(args.dtype)
+        if args.dtype == "auto":
+            console.print(f"--dtype auto: {str(dtype).removeprefix('torch.')} multiplies faster on this CPU")
+        target = load_causal_lm(args.target, dtype=dtype)
         float32_head(target.model)  # a no-op in float32
         out = Path(args.out)
-        console = Console(stderr=True)
         if args.curve:
             batches = [int(b) for b in args.curve.split(",")]
             rows = batch_curve(target, jobs, batches, max_new_tokens=args.max_new_tokens)
@@ -310,7 +315,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
                               f"{r['tokens_per_second']:.1f} tok/s (prefill {r['prefill_seconds']:.1f} s)")
             out.mkdir(parents=True, exist_ok=True)
             (out / "curve.json").write_text(json.dumps({"cpu": cpu_name(), "torch_threads": torch.get_num_threads(),
-                                                        "dtype": args.dtype, "rows": rows}, indent=2))
+                                                        "dtype": str(dtype).removeprefix("torch."), "rows": rows}, indent=2))
             return 0
         from .progress import progress_bar
 

@@ -709,3 +709,34 @@ def test_measured_choice_of_a_float64_model_never_packs(monkeypatch: pytest.Monk
     assert apply_cpu_kernels(lm.model, attention=False) == ()
     assert {(k[0].split()[0], k[1]) for k in timer.seen[0]} == {("head", "plain"), ("head", "mm_t")}
     assert not any(hasattr(m, "packed_weight") for m in _linears(lm.model))
+
+
+def test_matmul_dtype_auto_takes_the_faster_precision_and_keeps_it(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """``auto`` is whichever precision was timed faster on this machine (bfloat16 is faster only
+    where the CPU has AMX), timed once; names are passed through and bad ones refused."""
+    from verispec.models import faster_matmul_dtype, kernels, matmul_dtype
+
+    monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
+    for fast, want in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        timer = _faster(fast)
+        monkeypatch.setattr(kernels, "_time_calls", timer)
+        assert faster_matmul_dtype(rows=3, width=4, inner=5 + len(fast)) == want  # a new key each time: timed
+        assert [sorted(s) for s in timer.seen] == [["bfloat16", "float32"]]
+        assert faster_matmul_dtype(rows=3, width=4, inner=5 + len(fast)) == want  # stored: not timed again
+        assert len(timer.seen) == 1
+    assert matmul_dtype("float32") == torch.float32 and matmul_dtype("bfloat16") == torch.bfloat16
+    with pytest.raises(ValueError, match="precision must be one of"):
+        matmul_dtype("float16")
+
+
+def test_the_machine_key_names_the_matrix_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two CPUs sold under one model name, one with AMX: their measurements must not be shared."""
+    from verispec.models import paths
+
+    flags = {"with": "fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16", "without": "fpu avx2 avx512f avx512_bf16"}
+    keys = {}
+    for name, f in flags.items():
+        monkeypatch.setattr(paths, "cpuinfo_field", lambda field, f=f: f if field == "flags" else "Xeon")
+        keys[name] = paths.machine_key()
+    assert keys["with"] != keys["without"] and "amx_bf16" in keys["with"] and "amx" not in keys["without"]

@@ -180,9 +180,10 @@ def _load_drafters(specs: list[str] | None, target, target_name: str, console: C
 def _machine() -> dict:
     import torch
 
-    from ..models import cpu_name
+    from ..models import cpu_matrix_units, cpu_name
 
-    return {"platform": platform.platform(), "cpu": cpu_name(), "cpu_count": os.cpu_count(),
+    return {"platform": platform.platform(), "cpu": cpu_name(), "cpu_matrix_units": cpu_matrix_units(),
+            "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "hostname": platform.node()}
 
 

@@ -155,13 +155,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--time-budget", type=float, default=0.0,
                     help="seconds of training: fewer steps than --steps if they would not fit (0 = no limit)")
     ap.add_argument("--max-shards", type=int, default=0, help="use the first N training shards (0 = all)")
-    ap.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
+    ap.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "auto"),
                     help="bfloat16: the training forward's matrix products in bfloat16 (autocast; weights, "
-                         "optimizer and softmaxes stay float32), faster where the CPU has bfloat16 units")
+                         "optimizer and softmaxes stay float32), faster where the CPU has AMX (slower where it "
+                         "has only AVX-512); auto: whichever multiplies matrices faster on this machine")
     args = ap.parse_args(argv)
 
     def body() -> int:
-        from ..models import load_causal_lm
+        from ..models import load_causal_lm, matmul_dtype
         from .answers import answer_shards
 
         train_paths = [p for d in args.train for p in answer_shards(Path(d))]
@@ -169,11 +170,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
             train_paths = train_paths[: args.max_shards]
         held_paths = answer_shards(Path(args.heldout))
         target = load_causal_lm(args.target)
+        precision = matmul_dtype(args.precision)
+        autocast = precision if precision != torch.float32 else None
+        if args.precision == "auto":
+            print(f"--precision auto: {str(precision).removeprefix('torch.')} multiplies faster on this CPU")
         out = Path(args.out)
         summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, map_size=args.map_size, steps=args.steps,
                              lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed,
                              time_budget_s=args.time_budget,
-                             autocast=torch.bfloat16 if args.precision == "bfloat16" else None)
+                             autocast=autocast)
         (out / "train-summary.json").write_text(json.dumps(summary, indent=2))
         return 0
 

@@ -25,6 +25,8 @@ from .kernels import (
     _fast_linear_forward,
     apply_cpu_kernels,
     fast_lm_head,
+    faster_matmul_dtype,
+    matmul_dtype,
     fast_small_linears,
     fp16_linear,
     int8_linear,
@@ -41,14 +43,17 @@ from .kernels import (
 from .lean import lean_layers
 from .mixed import Float32Head, float32_head
 from .loading import CausalLM, _slice_head, load_causal_lm
-from .paths import cache_dir, cpu_name, machine_key, read_json, write_json
+from .paths import cache_dir, cpu_matrix_units, cpu_name, machine_key, read_json, write_json
 
 # Private names above are the ones other modules and tests use today (distill: _quiet; tests:
 # _slice_head, _fast_linear_forward, _smollm2_gguf, _CACHE_MARKER). Monkeypatch a loader's
 # globals in the submodule that defines them (e.g. ``verispec.models.builtin``), not here.
 
 __all__ = [
+    "cpu_matrix_units",
     "cpu_name",
+    "faster_matmul_dtype",
+    "matmul_dtype",
     "machine_key",
     "read_json",
     "write_json",

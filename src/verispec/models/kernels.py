@@ -54,6 +54,8 @@ from .rowdot import ROWDOT_VERSION, load_rowdot
 
 __all__ = [
     "KERNELS",
+    "faster_matmul_dtype",
+    "matmul_dtype",
     "apply_cpu_kernels",
     "model_device",
     "fast_lm_head",
@@ -438,6 +440,37 @@ def measured_choice(key: str, names: tuple[str, ...],
     pick = min(names, key=lambda name: times[name])
     _write_kernels({full: {"pick": pick, "us": us}})
     return pick, {"us": us, "cached": False}
+
+
+MATMUL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def faster_matmul_dtype(rows: int = 64, width: int = 576, inner: int = 1536) -> torch.dtype:
+    """``torch.float32`` or ``torch.bfloat16``: whichever multiplies an MLP's matrices
+    (``[rows, width] @ [width, inner]`` and back; by default SmolLM2-135M's, 64 rows) faster on
+    this machine, timed once and then read from :func:`kernels_file`. bfloat16 is several times
+    faster where the CPU has AMX tiles and slower where it has only AVX-512 (both seen under the
+    same model name), so precision for speed is a measurement, not an assumption."""
+    def make_calls() -> dict:
+        g = torch.Generator().manual_seed(0)
+        calls = {}
+        for name, dtype in MATMUL_DTYPES.items():
+            x = torch.randn(rows, width, generator=g).to(dtype)
+            w1 = torch.randn(inner, width, generator=g).to(dtype)
+            w2 = torch.randn(width, inner, generator=g).to(dtype)
+            calls[name] = lambda x=x, w1=w1, w2=w2: nn.functional.linear(nn.functional.linear(x, w1), w2)
+        return calls
+    pick, _ = measured_choice(f"matmul dtype {rows}x{width}x{inner}", tuple(MATMUL_DTYPES), make_calls)
+    return MATMUL_DTYPES[pick]
+
+
+def matmul_dtype(name: str) -> torch.dtype:
+    """``"float32"`` / ``"bfloat16"`` as a torch dtype; ``"auto"``: :func:`faster_matmul_dtype`."""
+    if name == "auto":
+        return faster_matmul_dtype()
+    if name not in MATMUL_DTYPES:
+        raise ValueError(f"precision must be one of {(*MATMUL_DTYPES, 'auto')}, got {name!r}")
+    return MATMUL_DTYPES[name]
 
 
 def cache_evictor(nbytes: int = EVICT_BYTES) -> Callable[[], None]:

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["cache_dir", "cpu_name", "cpuinfo_field", "machine_key", "read_json", "write_json"]
+__all__ = ["cache_dir", "cpu_matrix_units", "cpu_name", "cpuinfo_field", "machine_key", "read_json", "write_json"]
+
+# CPU flags that decide which matrix kernels are fast (bfloat16 / int8 / float16 units); machines
+# sold under one model name (a hypervisor's "Intel(R) Xeon(R) Processor") may differ in them.
+MATRIX_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16",
+                "amx_int8", "amx_fp16")
 
 
 def cache_dir() -> Path:
@@ -38,9 +43,17 @@ def cpu_name() -> str:
     return cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
+def cpu_matrix_units() -> str:
+    """The CPU's matrix-kernel flags among :data:`MATRIX_FLAGS`, space-separated ("" where
+    /proc/cpuinfo has no flags line)."""
+    flags = set((cpuinfo_field("flags") or "").split())
+    return " ".join(f for f in MATRIX_FLAGS if f in flags)
+
+
 def machine_key() -> str:
-    """What a measurement on this machine holds for: CPU model, torch version, intra-op threads."""
-    return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    """What a measurement on this machine holds for: CPU model and matrix units (one model name
+    can come with or without AMX), torch version, intra-op threads."""
+    return f"{cpu_name()} [{cpu_matrix_units()}] | torch {torch.__version__} | {torch.get_num_threads()} threads"
 
 
 def read_json(path: Path) -> object:

@@ -114,7 +114,8 @@ def test_bad_archives_and_packs_are_refused_with_a_clear_error(tiny_target, tmp_
 
 
 def test_pack_command_errors_name_the_argument(tmp_path, capsys) -> None:
-    assert cli_main(["distill", "pack", "--answers", str(tmp_path / "none"), "--out", str(tmp_path / "x.safetensors")]) == 2
+    out = str(tmp_path / "x.safetensors")
+    assert cli_main(["distill", "pack", "--answers", str(tmp_path / "none"), "--out", out]) == 2
     assert "--answers" in capsys.readouterr().err
     assert cli_main(["distill", "pack", "--answers", str(tmp_path), "--out", str(tmp_path / "x.bin")]) == 2
     assert "--out must end in .safetensors" in capsys.readouterr().err

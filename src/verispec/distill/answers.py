@@ -88,8 +88,8 @@ def _sampled(job: AnswerJob, seed: int, sample_frac: float) -> bool:
 
 
 def shard_tensors(jobs: Sequence[AnswerJob], prompts: Sequence[list[int]], answers: Sequence[list[int]],
-           features: Sequence[torch.Tensor] | None = None, dtype: str = "torch.float32"
-           ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+                  features: Sequence[torch.Tensor] | None = None, dtype: str = "torch.float32"
+                  ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors and metadata of one shard (see the module doc)."""
     seqs = [p + a for p, a in zip(prompts, answers)]
     n, L = len(seqs), max(map(len, seqs))
@@ -315,7 +315,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
                               f"{r['tokens_per_second']:.1f} tok/s (prefill {r['prefill_seconds']:.1f} s)")
             out.mkdir(parents=True, exist_ok=True)
             (out / "curve.json").write_text(json.dumps({"cpu": cpu_name(), "torch_threads": torch.get_num_threads(),
-                                                        "dtype": str(dtype).removeprefix("torch."), "rows": rows}, indent=2))
+                                                        "dtype": str(dtype).removeprefix("torch."), "rows": rows},
+                                                       indent=2))
             return 0
         from .progress import progress_bar
 

@@ -140,7 +140,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         vocab = target.vocab_size
         bad = next((i for i, s in zip(archive.ids, archive.sequences) if max(s) >= vocab), None)
         if bad is not None:
-            raise ValueError(f"--archive: sequence {bad!r} has token ids outside {args.target}'s vocabulary [0, {vocab})")
+            raise ValueError(f"--archive: sequence {bad!r} has token ids outside {args.target}'s "
+                             f"vocabulary [0, {vocab})")
         with progress_bar(True) as bar:
             task = bar.add_task("features", total=len(archive.ids))
             run = archive_features(target, archive, Path(args.out), shard_size=args.shard_size,

@@ -29,7 +29,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..training import atomic_save
-from .answers import answer_shards, read_answer_shard
+from .answers import answer_shards, read_answer_index
 
 __all__ = ["ARCHIVE_FORMAT", "AnswerArchive", "pack_answers", "read_archive", "write_archive"]
 
@@ -116,12 +116,12 @@ def pack_answers(folders: Sequence[Path]) -> AnswerArchive:
         raise ValueError(f"no answer shards (answers-*.safetensors) under {[str(d) for d in folders]}")
     seqs, plen, ids, fams, dtypes = [], [], [], [], set()
     for path in shards:
-        tensors, sid, sfam = read_answer_shard(path)
-        with safe_open(str(path), "pt") as f:
+        sid, sfam, _ = read_answer_index(path)
+        with safe_open(str(path), "pt") as f:  # the token tensors only: a shard's features are ~1 KB a token
             dtypes.add((f.metadata() or {}).get("dtype", ""))
-        for row, (n, p) in enumerate(zip(tensors["length"].tolist(), tensors["prompt_len"].tolist())):
-            seqs.append(tensors["input_ids"][row, :n].tolist())
-            plen.append(p)
+            tokens, length, prompt_len = (f.get_tensor(k) for k in ("input_ids", "length", "prompt_len"))
+        seqs += [row[:n].tolist() for row, n in zip(tokens, length.tolist())]
+        plen += prompt_len.tolist()
         ids += sid
         fams += sfam
     if len(dtypes) > 1:

@@ -132,6 +132,50 @@ def test_a_head_trains_on_answer_shards_and_reports_agreement_per_family(tmp_pat
     assert changed, "four steps at lr 1e-2 left the head as it was"
 
 
+def test_family_weights_draw_every_family_equally_often() -> None:
+    from verispec.distill.head import family_weights
+
+    fams = ["rag"] * 6 + ["chat"] * 2 + ["qa"]
+    w = family_weights(fams)
+    assert w.tolist() == pytest.approx([1 / 6] * 6 + [1 / 2] * 2 + [1.0])
+    draws = torch.multinomial(w, 9000, replacement=True, generator=torch.Generator().manual_seed(0))
+    share = {f: sum(1 for i in draws.tolist() if fams[i] == f) / 9000 for f in set(fams)}
+    assert all(abs(v - 1 / 3) < 0.03 for v in share.values()), share  # uniform draws: rag 2/3, qa 1/9
+    with pytest.raises(ValueError, match="no sequences"):
+        family_weights([])
+
+
+def test_balanced_head_training_draws_by_family_weights(tmp_path, monkeypatch) -> None:
+    """``balance="families"`` hands train_eagle the family weights of the training sequences in
+    shard order; ``"none"`` hands it nothing (uniform); anything else is refused by name."""
+    import verispec.eagle_train as eagle_train
+    from verispec.distill.answers import read_answer_index
+    from verispec.distill.head import family_weights, train_head
+    from verispec.eagle import save_eagle_head
+    from verispec.testing import tiny_eagle, tiny_llama
+
+    tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    jobs = [AnswerJob(f"b{i}", "chat" if i < 5 else "math", "a b c") for i in range(7)]  # 5 chat, 2 math
+    generate_answers(tiny_target, jobs, tmp_path / "train", max_new_tokens=4, max_batch=3, shard_size=3, chat=False,
+                     features=True)
+    init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
+    save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
+    shards = answer_shards(tmp_path / "train")
+    seen = []
+    real = eagle_train.train_eagle
+    monkeypatch.setattr(eagle_train, "train_eagle", lambda *a, **kw: (seen.append(kw["sample_weight"]), real(*a, **kw))[1])
+    fams = [f for p in shards for f in read_answer_index(p)[1]]
+    assert fams.count("chat") == 5
+    for balance in ("families", "none"):
+        summary = train_head(tiny_target, shards, shards, tmp_path / balance, init_from=str(tmp_path / "init"), steps=2,
+                             held_eval=2, balance=balance, log=lambda _: None)
+        assert summary["balance"] == balance and summary["train_families"] == {"chat": 5, "math": 2}
+    assert torch.equal(seen[0], family_weights(fams)) and seen[1] is None
+    with pytest.raises(ValueError, match="balance must be one of"):
+        train_head(tiny_target, shards, shards, tmp_path / "bad", init_from=str(tmp_path / "init"), steps=1,
+                   balance="family", log=lambda _: None)
+
+
 def test_the_answer_vocab_map_holds_the_most_written_answer_tokens() -> None:
     from verispec.distill.head import answer_vocab_map, map_coverage
     from verispec.eagle_train import FeatureSet

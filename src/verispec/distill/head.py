@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from ..eagle_train import FeatureSet
     from ..models import CausalLM
 
-__all__ = ["answer_vocab_map", "family_agreement", "load_answers", "main", "map_coverage", "train_head"]
+__all__ = ["answer_vocab_map", "family_agreement", "family_weights", "load_answers", "main", "map_coverage", "train_head"]
+
+BALANCE = ("none", "families")
 
 
 def answer_vocab_map(data: FeatureSet, size: int, always: Sequence[int] | torch.Tensor = ()) -> torch.Tensor:
@@ -52,6 +54,20 @@ def map_coverage(data: FeatureSet, vocab_map: torch.Tensor, families: Sequence[s
         out[name] = float(inmap[rows].sum() / scored[rows].sum().clamp_min(1))
     out["all"] = float(inmap.sum() / scored.sum().clamp_min(1))
     return out
+
+
+def family_weights(families: Sequence[str]) -> torch.Tensor:
+    """``[N]`` float64 drawing weights, one per sequence, under which every family is drawn
+    equally often (each sequence ``1 / count(its family)``; within a family, uniform). The data
+    runs answer whatever the instruction corpus holds (most of it rag, translation and
+    summarization, whose passages make many instructions); the held-out measure and the chat
+    workload weigh the families equally, so training can too."""
+    if not len(families):
+        raise ValueError("no sequences to weigh")
+    counts: dict[str, int] = {}
+    for f in families:
+        counts[f] = counts.get(f, 0) + 1
+    return torch.tensor([1.0 / counts[f] for f in families], dtype=torch.float64)
 
 
 def load_answers(paths: Sequence[Path]) -> tuple[FeatureSet, list[str]]:
@@ -89,21 +105,25 @@ def family_agreement(head: EagleHead, target: CausalLM, vocab_map: torch.Tensor,
 def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequence[Path], out: Path, *,
                init_from: str = "eagle", map_size: int = 0, steps: int = 1000, lr: float = 5e-4, batch_size: int = 4, depth: int = 3,
                noise: float = 0.05, seed: int = 0, held_eval: int = 64, time_budget_s: float = 0.0,
-               autocast: torch.dtype | None = None, log: Callable[[str], None] = print) -> dict:
+               autocast: torch.dtype | None = None, balance: str = "none", log: Callable[[str], None] = print) -> dict:
     """Train, export to ``out`` and return a summary: data sizes, the training result, and the
     per-family held-out agreement of the initial and of the trained head. ``map_size`` > 0:
     the initial head's vocab map grown to ``map_size`` ids with the tokens the answers use most
     (:func:`answer_vocab_map`); the head's weights do not depend on the map, only its output
     rows do. ``autocast``: train with the forward's matrix products in that dtype (see
-    :func:`verispec.eagle_train.train_eagle`); evaluation stays float32."""
+    :func:`verispec.eagle_train.train_eagle`); evaluation stays float32. ``balance``: ``"none"``
+    draws training sequences uniformly, ``"families"`` draws every family equally often
+    (:func:`family_weights`)."""
     from ..eagle import save_eagle_head
     from ..eagle_train import train_eagle
     from .eagle_head import init_head
 
+    if balance not in BALANCE:
+        raise ValueError(f"balance must be one of {BALANCE}, got {balance!r}")
     init = init_head(init_from) if init_from else None
     if init is None or init.vocab_map is None:
         raise ValueError("init_from must name a head directory with a vocab map (e.g. 'eagle')")
-    train, _ = load_answers(train_paths)
+    train, train_fam = load_answers(train_paths)
     held, held_fam = load_answers(held_paths)
     before_cov = map_coverage(held, init.vocab_map, held_fam)
     vmap = init.vocab_map
@@ -114,18 +134,21 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     log(f"held-out answer tokens in the map: {before_cov['all']:.3f} (initial) -> {coverage['all']:.3f}")
     answer_tokens = int((train.weight.bool() & train.generated.bool()).sum())
     log(f"train: {len(train)} sequences, {answer_tokens} answer positions; held-out: {len(held)}")
+    per_family = {f: train_fam.count(f) for f in sorted(set(train_fam))}
+    log(f"train sequences per family: {per_family}" + (" (each family drawn equally often)" if balance == "families" else ""))
+    sample_weight = family_weights(train_fam) if balance == "families" else None
     before = family_agreement(init.head, target, init.vocab_map, held, held_fam, depth)
     log("before: " + json.dumps({k: round(v["agree"][0], 4) for k, v in before.items()}))
     t0 = time.perf_counter()
     head, result = train_eagle(target.model, train, held, vmap, out, steps=steps, batch_size=batch_size, lr=lr,
                                depth=depth, noise=noise, seed=seed, init_from=init.head, answers_only=True,
-                               held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50,
+                               held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50, sample_weight=sample_weight,
                                time_budget_s=time_budget_s, autocast=autocast, log=log)
     seconds = time.perf_counter() - t0
     after = family_agreement(head, target, vmap, held, held_fam, depth)
     log("after: " + json.dumps({k: round(v["agree"][0], 4) for k, v in after.items()}))
     summary = {"train_sequences": len(train), "train_answer_positions": answer_tokens, "held_sequences": len(held),
-               "init_from": init_from, "map_size": len(vmap), "map_coverage_before": before_cov,
+               "train_families": per_family, "balance": balance, "init_from": init_from, "map_size": len(vmap), "map_coverage_before": before_cov,
                "map_coverage": coverage, "steps": result["steps"], "lr": lr, "batch_size": batch_size, "depth": depth,
                "autocast": str(autocast) if autocast is not None else None,
                "seconds": seconds, "train": result, "before": before, "after": after}
@@ -155,6 +178,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--time-budget", type=float, default=0.0,
                     help="seconds of training: fewer steps than --steps if they would not fit (0 = no limit)")
     ap.add_argument("--max-shards", type=int, default=0, help="use the first N training shards (0 = all)")
+    ap.add_argument("--balance", default="none", choices=BALANCE,
+                    help="families: draw every task family equally often (default: every sequence equally often)")
     ap.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "auto"),
                     help="bfloat16: the training forward's matrix products in bfloat16 (autocast; weights, "
                          "optimizer and softmaxes stay float32), faster where the CPU has AMX (slower where it "
@@ -177,8 +202,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         out = Path(args.out)
         summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, map_size=args.map_size, steps=args.steps,
                              lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed,
-                             time_budget_s=args.time_budget,
-                             autocast=autocast)
+                             time_budget_s=args.time_budget, autocast=autocast, balance=args.balance)
         (out / "train-summary.json").write_text(json.dumps(summary, indent=2))
         return 0
 

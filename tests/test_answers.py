@@ -163,7 +163,11 @@ def test_balanced_head_training_draws_by_family_weights(tmp_path, monkeypatch) -
     shards = answer_shards(tmp_path / "train")
     seen = []
     real = eagle_train.train_eagle
-    monkeypatch.setattr(eagle_train, "train_eagle", lambda *a, **kw: (seen.append(kw["sample_weight"]), real(*a, **kw))[1])
+    def spy(*a, **kw):
+        seen.append(kw["sample_weight"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(eagle_train, "train_eagle", spy)
     fams = [f for p in shards for f in read_answer_index(p)[1]]
     assert fams.count("chat") == 5
     for balance in ("families", "none"):

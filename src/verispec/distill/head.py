@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from ..eagle_train import FeatureSet
     from ..models import CausalLM
 
-__all__ = ["answer_vocab_map", "family_agreement", "family_weights", "load_answers", "main", "map_coverage", "train_head"]
+__all__ = ["answer_vocab_map", "family_agreement", "family_weights", "load_answers", "main", "map_coverage",
+           "train_head"]
 
 BALANCE = ("none", "families")
 
@@ -135,20 +136,22 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     answer_tokens = int((train.weight.bool() & train.generated.bool()).sum())
     log(f"train: {len(train)} sequences, {answer_tokens} answer positions; held-out: {len(held)}")
     per_family = {f: train_fam.count(f) for f in sorted(set(train_fam))}
-    log(f"train sequences per family: {per_family}" + (" (each family drawn equally often)" if balance == "families" else ""))
+    drawn = " (each family drawn equally often)" if balance == "families" else ""
+    log(f"train sequences per family: {per_family}{drawn}")
     sample_weight = family_weights(train_fam) if balance == "families" else None
     before = family_agreement(init.head, target, init.vocab_map, held, held_fam, depth)
     log("before: " + json.dumps({k: round(v["agree"][0], 4) for k, v in before.items()}))
     t0 = time.perf_counter()
     head, result = train_eagle(target.model, train, held, vmap, out, steps=steps, batch_size=batch_size, lr=lr,
                                depth=depth, noise=noise, seed=seed, init_from=init.head, answers_only=True,
-                               held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50, sample_weight=sample_weight,
-                               time_budget_s=time_budget_s, autocast=autocast, log=log)
+                               held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50,
+                               sample_weight=sample_weight, time_budget_s=time_budget_s, autocast=autocast, log=log)
     seconds = time.perf_counter() - t0
     after = family_agreement(head, target, vmap, held, held_fam, depth)
     log("after: " + json.dumps({k: round(v["agree"][0], 4) for k, v in after.items()}))
     summary = {"train_sequences": len(train), "train_answer_positions": answer_tokens, "held_sequences": len(held),
-               "train_families": per_family, "balance": balance, "init_from": init_from, "map_size": len(vmap), "map_coverage_before": before_cov,
+               "train_families": per_family, "balance": balance, "init_from": init_from, "map_size": len(vmap),
+               "map_coverage_before": before_cov,
                "map_coverage": coverage, "steps": result["steps"], "lr": lr, "batch_size": batch_size, "depth": depth,
                "autocast": str(autocast) if autocast is not None else None,
                "seconds": seconds, "train": result, "before": before, "after": after}

@@ -36,7 +36,7 @@ def test_buckets_and_the_prior_read_confidence_as_acceptance():
 def test_observe_calibrates_each_bucket_from_what_the_target_accepted():
     k = rows(2)
     conf = torch.tensor([[0.95, 0.95, 0.95], [0.15, 0.15, 0.15]], dtype=torch.float64)
-    for _ in range(20):  # row 0: its tokens after a 0.95 token fail; row 1: after a 0.15 token pass
+    for _ in range(100):  # row 0: its tokens after a 0.95 token fail; row 1: after a 0.15 token pass
         evidence = k.observe(torch.tensor([1, 3]), torch.tensor([3, 3]), conf)
     assert k.predict(torch.tensor([10, 10]))[0] < 0.1  # row 0 learned that bucket 10 fails
     assert k.predict(torch.tensor([2, 2]))[1] > 0.9  # row 1 learned that bucket 2 passes
@@ -62,6 +62,22 @@ def test_the_first_token_decides_whether_to_draft_at_all_and_probes_come_back():
     for _ in range(PROBE_EVERY):
         k.observe(torch.tensor([0]), torch.tensor([0]), None)  # empty steps
     assert k.ask(room, DEAR, scoring=False)[0].item() == 8  # a probe
+
+
+def test_a_dozen_rejected_first_drafts_do_not_lock_a_request_out():
+    """Costs as measured on a 2-core CPU (a 2-token pass 2% dearer than a 1-token pass, a draft
+    step 6% of a pass: break-even at a first-draft acceptance of 0.08). A request whose first 12
+    first drafts were all rejected still drafts (its estimate leans on the prior, not on a dozen
+    unlucky starts); after 60 it stops, as it should."""
+    cpu = PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 16)}, draft_step=0.06)
+    room = torch.tensor([20])
+    k = rows(1)
+    for _ in range(12):
+        k.observe(torch.tensor([0]), torch.tensor([4]), torch.full((1, 4), 0.5, dtype=torch.float64))
+    assert k.ask(room, cpu, scoring=False)[0].item() == 8
+    for _ in range(48):
+        k.observe(torch.tensor([0]), torch.tensor([4]), torch.full((1, 4), 0.5, dtype=torch.float64))
+    assert k.ask(room, cpu, scoring=False)[0].item() == 0
 
 
 def test_auto_drafts_nothing_where_drafts_cannot_pay_and_outputs_stay_exact(tiny_target, tiny_draft):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,9 +66,7 @@ def family_weights(families: Sequence[str]) -> torch.Tensor:
     workload weigh the families equally, so training can too."""
     if not len(families):
         raise ValueError("no sequences to weigh")
-    counts: dict[str, int] = {}
-    for f in families:
-        counts[f] = counts.get(f, 0) + 1
+    counts = Counter(families)
     return torch.tensor([1.0 / counts[f] for f in families], dtype=torch.float64)
 
 
@@ -135,7 +134,7 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     log(f"held-out answer tokens in the map: {before_cov['all']:.3f} (initial) -> {coverage['all']:.3f}")
     answer_tokens = int((train.weight.bool() & train.generated.bool()).sum())
     log(f"train: {len(train)} sequences, {answer_tokens} answer positions; held-out: {len(held)}")
-    per_family = {f: train_fam.count(f) for f in sorted(set(train_fam))}
+    per_family = dict(sorted(Counter(train_fam).items()))
     drawn = " (each family drawn equally often)" if balance == "families" else ""
     log(f"train sequences per family: {per_family}{drawn}")
     sample_weight = family_weights(train_fam) if balance == "families" else None

@@ -179,3 +179,18 @@ def test_costs_measured_under_other_kernels_are_not_reused(tiny_target, tiny_dra
     monkeypatch.setattr(lin, "kernel_rows", ("packed",) + ("plain",) * 15, raising=False)
     monkeypatch.setattr(lin, "kernel_beyond", "plain", raising=False)
     assert costs_module._kernels_digest(tiny_target, None) != first
+
+
+def test_rejected_copies_do_not_count_against_the_model_drafts_first_token():
+    """A hybrid row whose copied chains (no confidence: NaN) keep failing at their first token
+    still drafts model tokens: only the model's own first tokens calibrate bucket 0."""
+    cpu = PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 16)}, draft_step=0.06)
+    k = rows(1)
+    copies = torch.full((1, 4), math.nan, dtype=torch.float64)
+    for _ in range(100):
+        evidence = k.observe(torch.tensor([0]), torch.tensor([4]), copies)
+    assert evidence[0].sum() == 0  # nothing tested that the policy calibrates
+    assert k.predict(torch.tensor([0])).item() == pytest.approx(0.5)
+    assert k.ask(torch.tensor([20]), cpu, scoring=True)[0].item() == 8
+    k.observe(torch.tensor([0]), torch.tensor([4]), torch.full((1, 4), 0.5, dtype=torch.float64))
+    assert k.tried[0, 0] == 1 and k.passed[0, 0] == 0  # a model draft's first token does count

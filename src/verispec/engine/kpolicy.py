@@ -154,7 +154,9 @@ class KRows:
         prev = torch.cat([torch.full((B, 1), math.nan, dtype=torch.float64), conf[:, :-1]], dim=1)
         buckets = buckets_of(prev)
         buckets[:, 0] = 0
-        tested &= (slots[None] == 0) | ~torch.isnan(prev)  # model tokens only (copies have no confidence)
+        # model tokens only: a copied chain (NaN confidence) has the lookup's own estimate, and its
+        # failures must not lower the first-token estimate that decides whether the model drafts
+        tested &= ~torch.isnan(conf) & ((slots[None] == 0) | ~torch.isnan(prev))
         accepted = tested & (slots < num_accepted[:, None])
         predicted = self.predict(buckets)  # [B, N] before this update
         evidence = torch.zeros(3, BUCKETS + 1, dtype=torch.float64)

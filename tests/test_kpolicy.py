@@ -18,6 +18,7 @@ from verispec.sampling import SamplingParams
 GREEDY = SamplingParams(temperature=0)
 FLAT = PassCosts({w: 1.0 for w in range(1, 16)}, draft_step=0.01)  # wide passes free, drafts cheap
 DEAR = PassCosts({w: 1.0 + 0.1 * (w - 1) for w in range(1, 16)}, draft_step=0.5)  # drafts cost half a pass
+CPU = PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 16)}, draft_step=0.06)  # as measured on a 2-core CPU
 
 
 def rows(n: int, policy="auto", max_k: int = 8) -> KRows:
@@ -69,15 +70,14 @@ def test_a_dozen_rejected_first_drafts_do_not_lock_a_request_out():
     step 6% of a pass: break-even at a first-draft acceptance of 0.08). A request whose first 12
     first drafts were all rejected still drafts (its estimate leans on the prior, not on a dozen
     unlucky starts); after 60 it stops, as it should."""
-    cpu = PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 16)}, draft_step=0.06)
     room = torch.tensor([20])
     k = rows(1)
     for _ in range(12):
         k.observe(torch.tensor([0]), torch.tensor([4]), torch.full((1, 4), 0.5, dtype=torch.float64))
-    assert k.ask(room, cpu, scoring=False)[0].item() == 8
+    assert k.ask(room, CPU, scoring=False)[0].item() == 8
     for _ in range(48):
         k.observe(torch.tensor([0]), torch.tensor([4]), torch.full((1, 4), 0.5, dtype=torch.float64))
-    assert k.ask(room, cpu, scoring=False)[0].item() == 0
+    assert k.ask(room, CPU, scoring=False)[0].item() == 0
 
 
 def test_auto_drafts_nothing_where_drafts_cannot_pay_and_outputs_stay_exact(tiny_target, tiny_draft):
@@ -184,13 +184,12 @@ def test_costs_measured_under_other_kernels_are_not_reused(tiny_target, tiny_dra
 def test_rejected_copies_do_not_count_against_the_model_drafts_first_token():
     """A hybrid row whose copied chains (no confidence: NaN) keep failing at their first token
     still drafts model tokens: only the model's own first tokens calibrate bucket 0."""
-    cpu = PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 16)}, draft_step=0.06)
     k = rows(1)
     copies = torch.full((1, 4), math.nan, dtype=torch.float64)
     for _ in range(100):
         evidence = k.observe(torch.tensor([0]), torch.tensor([4]), copies)
     assert evidence[0].sum() == 0  # nothing tested that the policy calibrates
     assert k.predict(torch.tensor([0])).item() == pytest.approx(0.5)
-    assert k.ask(torch.tensor([20]), cpu, scoring=True)[0].item() == 8
+    assert k.ask(torch.tensor([20]), CPU, scoring=True)[0].item() == 8
     k.observe(torch.tensor([0]), torch.tensor([4]), torch.full((1, 4), 0.5, dtype=torch.float64))
     assert k.tried[0, 0] == 1 and k.passed[0, 0] == 0  # a model draft's first token does count

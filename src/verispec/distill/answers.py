@@ -285,7 +285,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "auto"),
                     help="precision of the target while it generates: bfloat16 runs the body in bfloat16 with a "
                          "float32 output head (an approximation of the float32 target, recorded in each shard; "
-                         "several times faster where the CPU has AMX, slower where it has only AVX-512); auto: "
+                         "several times faster on some CPUs, slower on others); auto: "
                          "whichever multiplies matrices faster on this machine (measured once)")
     ap.add_argument("--curve", default="", help="comma-separated max_batch values: measure tok/s, write nothing")
     ap.add_argument("--trace", default="", metavar="FILE",

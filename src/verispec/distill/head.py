@@ -184,8 +184,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
                     help="families: draw every task family equally often (default: every sequence equally often)")
     ap.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "auto"),
                     help="bfloat16: the training forward's matrix products in bfloat16 (autocast; weights, "
-                         "optimizer and softmaxes stay float32), faster where the CPU has AMX (slower where it "
-                         "has only AVX-512); auto: whichever multiplies matrices faster on this machine")
+                         "optimizer and softmaxes stay float32), faster on some CPUs and slower on others (both "
+                         "seen with avx512_bf16); auto: whichever multiplies matrices faster on this machine")
     args = ap.parse_args(argv)
 
     def body() -> int:

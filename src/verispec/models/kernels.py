@@ -448,9 +448,10 @@ MATMUL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 def faster_matmul_dtype(rows: int = 64, width: int = 576, inner: int = 1536) -> torch.dtype:
     """``torch.float32`` or ``torch.bfloat16``: whichever multiplies an MLP's matrices
     (``[rows, width] @ [width, inner]`` and back; by default SmolLM2-135M's, 64 rows) faster on
-    this machine, timed once and then read from :func:`kernels_file`. bfloat16 is several times
-    faster where the CPU has AMX tiles and slower where it has only AVX-512 (both seen under the
-    same model name), so precision for speed is a measurement, not an assumption."""
+    this machine, timed once and then read from :func:`kernels_file`. bfloat16 has been several
+    times faster on a Xeon with AMX tiles and on an AMD EPYC with avx512_bf16, and slower on a Xeon
+    with avx512_bf16 but no AMX (all under one model name "Intel(R) Xeon(R) Processor" or "AMD
+    EPYC"), so precision for speed is a measurement, not an assumption."""
     def make_calls() -> dict:
         g = torch.Generator().manual_seed(0)
         calls = {}

@@ -21,6 +21,15 @@ DEAR = PassCosts({w: 1.0 + 0.1 * (w - 1) for w in range(1, 16)}, draft_step=0.5)
 CPU = PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 16)}, draft_step=0.06)  # as measured on a 2-core CPU
 
 
+@pytest.fixture(autouse=True)
+def _quiet_machine(monkeypatch):
+    """Cost tables are kept only when timed on a quiet machine; these tests must not depend on
+    what else the test run has going on (one test below makes the machine look busy)."""
+    from verispec.engine import costs as costs_module
+
+    monkeypatch.setattr(costs_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+
+
 def rows(n: int, policy="auto", max_k: int = 8) -> KRows:
     k = KRows(max_k)
     k.add([policy] * n)
@@ -143,8 +152,44 @@ def test_each_timed_draft_step_follows_a_target_pass(tiny_target, tiny_draft, tm
     monkeypatch.setattr(drafter, "propose", lambda ask: events.append("draft") or real_propose(ask))
     measure_pass_costs(tiny_target, drafter, 3)
     drafts = [i for i, e in enumerate(events) if e == "draft"]
-    assert len(drafts) == costs_module._REPEATS + 1
+    assert len(drafts) == costs_module._DRAFT_REPEATS + 1
     assert all(events[i - 1] == "target" for i in drafts)
+
+
+def test_the_draft_step_is_timed_against_the_pass_before_it(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """A slow spell of the machine (here most proposals, each with the pass before it, run 4x
+    slower) leaves the measured c = draft step / v(1) at its true ratio: each draft step is
+    divided by the target pass timed just before it, not taken in seconds."""
+    import time as real_time
+
+    from verispec.engine import costs as costs_module
+
+    monkeypatch.setenv("VERISPEC_COSTS", str(tmp_path / "costs.json"))
+    drafter = ModelDrafter(tiny_draft)
+    costs_module._STEP_CACHE.pop(drafter, None)
+    calls = {"n": 0}
+    real_forward, real_propose = costs_module.KVRunner.forward, drafter.propose
+
+    def slow() -> float:  # a slow spell over 7 of the 11 timed proposals (call 0 is the warm-up)
+        return 4.0 if 2 <= calls["n"] <= 8 else 1.0
+
+    def forward(self, ids, *a, **kw):
+        if ids.shape[1] == 1 and kw.get("logits_to_keep") == 1:
+            real_time.sleep(0.02 * slow())  # a one-token pass: 20 ms, or 80 in a slow spell
+        return real_forward(self, ids, *a, **kw)
+
+    def propose(ask):  # the draft model runs once; then only the sleeps take time
+        d = calls.setdefault("draft", real_propose(ask))
+        real_time.sleep(0.002 * slow() * max(1, d.forwards))  # 2 ms a drafted token, 8 when slow
+        calls["n"] += 1
+        return d
+
+    monkeypatch.setattr(costs_module.KVRunner, "forward", forward)
+    monkeypatch.setattr(drafter, "propose", propose)
+    monkeypatch.setattr(costs_module, "_CACHE", {})  # widths timed here: v(1) about 20 ms, no slow spell
+    costs = measure_pass_costs(tiny_target, drafter, 3)
+    c = costs.draft_step / costs.verify[1]
+    assert 0.06 < c < 0.2, c  # 2 / 20 = 0.1 (oversleeping on a busy machine adds a little); in seconds: 0.4
 
 
 def test_the_cost_table_is_kept_per_model_drafter_and_machine(tiny_target, tiny_draft, tmp_path, monkeypatch):
@@ -165,6 +210,23 @@ def test_the_cost_table_is_kept_per_model_drafter_and_machine(tiny_target, tiny_
     data = json.loads((tmp_path / "costs.json").read_text())
     (tmp_path / "costs.json").write_text(json.dumps({k: {"verify": "x"} for k in data}))  # malformed entries
     assert measure_pass_costs(tiny_target, PromptLookupDrafter(), 5).verify.keys() == set(range(1, 6))
+
+
+def test_a_table_timed_on_a_busy_machine_is_used_but_not_kept(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """Timed while other work runs, the table serves this process and is measured again by the next."""
+    from verispec.engine import costs as costs_module
+
+    monkeypatch.setenv("VERISPEC_COSTS", str(tmp_path / "costs.json"))
+    monkeypatch.setattr(costs_module, "_CACHE", {})
+    cores = costs_module.os.cpu_count() or 1
+    monkeypatch.setattr(costs_module.os, "getloadavg", lambda: (cores + 2.0, 1.0, 1.0))
+    busy = measure_pass_costs(tiny_target, ModelDrafter(tiny_draft), 4)
+    assert set(busy.verify) == set(range(1, 5)) and busy.draft_step > 0
+    assert not (tmp_path / "costs.json").exists()
+    monkeypatch.setattr(costs_module.os, "getloadavg", lambda: (cores - 1.0, 1.0, 1.0))
+    monkeypatch.setattr(costs_module, "_CACHE", {})
+    measure_pass_costs(tiny_target, ModelDrafter(tiny_draft), 4)
+    assert (tmp_path / "costs.json").exists()
 
 
 def test_costs_measured_under_other_kernels_are_not_reused(tiny_target, tiny_draft, tmp_path, monkeypatch):

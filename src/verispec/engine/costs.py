@@ -2,9 +2,10 @@
 
 The draft-length policy weighs expected tokens against these costs. They are measured when a
 decoder with a drafter first starts a batch, and kept in a file per model, drafter and machine
-(:func:`costs_file`), never updated from live timings: a sampled "exact" request's text depends on its
-draft lengths, so the policy may read only the request's own history and a table fixed before it
-started (same seed, same text, whatever else runs on the machine).
+(:func:`costs_file`; a table timed while the machine was busy is used but not kept), never
+updated from live timings: a sampled "exact" request's text depends on its draft lengths, so the
+policy may read only the request's own history and a table fixed before it started (same seed,
+same text, whatever else runs on the machine).
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ from ..sampling import SamplingParams
 __all__ = ["PassCosts", "measure_pass_costs", "costs_file"]
 
 _CONTEXT = 48  # tokens of context behind the timed passes
-_REPEATS = 3
+_REPEATS = 3  # timed passes per width (interleaved over widths); the median is kept
+# Timed proposals for the draft step. Each is divided by the one-token target pass just before it:
+# on a shared 2-vCPU machine both slow down together for seconds at a time (a draft step timed
+# alone read 1.1 to 1.8 ms in one process), and the ratio is what the policy weighs.
+_DRAFT_REPEATS = 11
 # How the table is measured (part of the file's key: a change of method measures again). Draft
 # steps are timed each right after a target pass, as in decoding: timed back to back, a draft
 # model's weights stay in the CPU's cache and its steps look several times cheaper than they are.
-_METHOD = "draft steps after a target pass"
+_METHOD = f"draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it"
 
 
 @dataclass(frozen=True)
@@ -71,13 +76,14 @@ class PassCosts:
 
 
 _CACHE: dict[tuple[int, int], dict[int, float]] = {}  # (id(model), max width) -> seconds per width
-_STEP_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter -> seconds per draft step
+_STEP_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter -> draft step / one-token pass
 
 
 def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int) -> PassCosts:
     """Median seconds of a target pass of each width 1..``max_width`` and of a draft step of
-    ``drafter``: read from the costs file (:func:`costs_file`) when it holds this model, drafter
-    and machine, else measured and written there, so every process on a machine uses one table."""
+    ``drafter`` (its median ratio to a one-token pass, times v(1)): read from the costs file
+    (:func:`costs_file`) when it holds this model, drafter and machine, else measured and written
+    there unless the machine is busy, so every process on a machine uses one table."""
     disk_key = " | ".join([target.name, getattr(drafter, "name", "none"), machine_key(),
                            f"kernels {kernel_choice()} {_kernels_digest(target, drafter)}", f"widths {max_width}",
                            _METHOD])
@@ -87,9 +93,20 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     key = (id(target.model), max_width)
     if key not in _CACHE:
         _CACHE[key] = _time_widths(target, max_width)
-    costs = PassCosts(dict(_CACHE[key]), _draft_step(target, drafter))
-    _write_costs(disk_key, {"verify": costs.verify, "draft_step": costs.draft_step})
+    verify = dict(_CACHE[key])
+    costs = PassCosts(verify, _draft_ratio(target, drafter) * verify[1])
+    if not _busy():  # a table timed while other work ran is used here but not kept for every process
+        _write_costs(disk_key, {"verify": costs.verify, "draft_step": costs.draft_step})
     return costs
+
+
+def _busy() -> bool:
+    """Whether the machine runs more than it has cores for (1-minute load average above cores +
+    0.5): a second 2-thread job on 2 cores made one-token passes time 100-115 ms instead of 21."""
+    try:
+        return os.getloadavg()[0] > (os.cpu_count() or 1) + 0.5
+    except OSError:  # no load average on this platform
+        return False
 
 
 def _kernels_digest(target: CausalLM, drafter: Drafter | None) -> str:
@@ -148,9 +165,10 @@ def _time_widths(target: CausalLM, max_width: int) -> dict[int, float]:
     return {w: sorted(ts)[len(ts) // 2] for w, ts in times.items()}
 
 
-def _draft_step(target: CausalLM, drafter: Drafter | None) -> float:
-    """Seconds per drafted token: proposals of 4 greedy tokens on a dummy prompt, each after a
-    one-token target pass (untimed) that leaves the CPU's caches as decoding does (cached per drafter)."""
+def _draft_ratio(target: CausalLM, drafter: Drafter | None) -> float:
+    """Seconds per drafted token over seconds of the one-token target pass timed just before it
+    (median over proposals of 4 greedy tokens on a dummy prompt; cached per drafter). The pass
+    leaves the CPU's caches as decoding does; the ratio cancels the machine's slow spells."""
     if drafter is None:
         return 0.0
     if drafter in _STEP_CACHE:
@@ -167,20 +185,21 @@ def _draft_step(target: CausalLM, drafter: Drafter | None) -> float:
     drafter.keep(torch.zeros(0, dtype=torch.int64))
     drafter.add([prompt], features)
     ask = DraftAsk.of([4], target.vocab_size, SamplingParams(temperature=0), dtype=torch.float32)
-    times, forwards = [], 0
-    for _ in range(_REPEATS + 1):  # the first is a warm-up
+    ratios, forwards = [], 0
+    for _ in range(_DRAFT_REPEATS + 1):  # the first is a warm-up
+        t0 = time.perf_counter()
         with torch.inference_mode():
             runner.forward(one, logits_to_keep=1)
             runner.truncate(runner.lengths - 1)
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
         d = drafter.propose(ask)
-        times.append((time.perf_counter() - t0) / max(1, d.forwards))
+        ratios.append((time.perf_counter() - t1) / max(1, d.forwards) / (t1 - t0))
         forwards += d.forwards
         emitted = d.tokens[0, : int(d.num_draft[0])].tolist() or [5]  # as if all were accepted
         feats = None if features is None else [features[0][: len(emitted)]]
         drafter.update([emitted], feats)
     drafter.keep(torch.zeros(0, dtype=torch.int64))
     # a drafter without a model (prompt lookup) takes no forward: drafting is free
-    seconds = sorted(times[1:])[len(times[1:]) // 2] if forwards else 0.0
-    _STEP_CACHE[drafter] = seconds
-    return seconds
+    ratio = sorted(ratios[1:])[len(ratios[1:]) // 2] if forwards else 0.0
+    _STEP_CACHE[drafter] = ratio
+    return ratio

@@ -212,21 +212,32 @@ def test_the_cost_table_is_kept_per_model_drafter_and_machine(tiny_target, tiny_
     assert measure_pass_costs(tiny_target, PromptLookupDrafter(), 5).verify.keys() == set(range(1, 6))
 
 
-def test_a_table_timed_on_a_busy_machine_is_used_but_not_kept(tiny_target, tiny_draft, tmp_path, monkeypatch):
-    """Timed while other work runs, the table serves this process and is measured again by the next."""
+def test_a_table_timed_on_a_busy_machine_is_timed_again_once_quiet(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """Timed while other work runs, a table is kept marked busy: every process shares it while the
+    machine stays busy (one table, one text per seed), and the first to find the machine quiet
+    times it again; a quiet table is never replaced by a busy one."""
+    import json
+
     from verispec.engine import costs as costs_module
 
     monkeypatch.setenv("VERISPEC_COSTS", str(tmp_path / "costs.json"))
-    monkeypatch.setattr(costs_module, "_CACHE", {})
     cores = costs_module.os.cpu_count() or 1
-    monkeypatch.setattr(costs_module.os, "getloadavg", lambda: (cores + 2.0, 1.0, 1.0))
-    busy = measure_pass_costs(tiny_target, ModelDrafter(tiny_draft), 4)
-    assert set(busy.verify) == set(range(1, 5)) and busy.draft_step > 0
-    assert not (tmp_path / "costs.json").exists()
-    monkeypatch.setattr(costs_module.os, "getloadavg", lambda: (cores - 1.0, 1.0, 1.0))
-    monkeypatch.setattr(costs_module, "_CACHE", {})
-    measure_pass_costs(tiny_target, ModelDrafter(tiny_draft), 4)
-    assert (tmp_path / "costs.json").exists()
+    timings = iter([{1: 5.0, 2: 6.0}, {1: 1.0, 2: 1.1}])  # busy, then quiet (seconds per width)
+    monkeypatch.setattr(costs_module, "_time_widths", lambda target, w: next(timings))
+
+    def measure(load: float) -> PassCosts:
+        monkeypatch.setattr(costs_module.os, "getloadavg", lambda: (load, 1.0, 1.0))
+        monkeypatch.setattr(costs_module, "_CACHE", {})  # a new process
+        return measure_pass_costs(tiny_target, ModelDrafter(tiny_draft), 2)
+
+    busy = measure(cores + 2.0)
+    assert busy.verify == {1: 5.0, 2: 6.0}
+    assert [e["busy"] for e in json.loads((tmp_path / "costs.json").read_text()).values()] == [True]
+    assert measure(cores + 2.0) == busy  # still busy: the kept table, not a new one
+    quiet = measure(cores - 1.0)
+    assert quiet.verify == {1: 1.0, 2: 1.1}
+    assert [e["busy"] for e in json.loads((tmp_path / "costs.json").read_text()).values()] == [False]
+    assert measure(cores + 2.0) == quiet  # busy again: the quiet table stays
 
 
 def test_costs_measured_under_other_kernels_are_not_reused(tiny_target, tiny_draft, tmp_path, monkeypatch):

@@ -2,8 +2,8 @@
 
 The draft-length policy weighs expected tokens against these costs. They are measured when a
 decoder with a drafter first starts a batch, and kept in a file per model, drafter and machine
-(:func:`costs_file`; a table timed while the machine was busy is used but not kept), never
-updated from live timings: a sampled "exact" request's text depends on its draft lengths, so the
+(:func:`costs_file`; a table timed while the machine was busy serves until a process finds it
+quiet and times it again), never updated from live timings: a sampled "exact" request's text depends on its draft lengths, so the
 policy may read only the request's own history and a table fixed before it started (same seed,
 same text, whatever else runs on the machine).
 """
@@ -83,20 +83,21 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     """Median seconds of a target pass of each width 1..``max_width`` and of a draft step of
     ``drafter`` (its median ratio to a one-token pass, times v(1)): read from the costs file
     (:func:`costs_file`) when it holds this model, drafter and machine, else measured and written
-    there unless the machine is busy, so every process on a machine uses one table."""
+    there, so every process on a machine uses one table. A table timed while the machine was busy
+    (:func:`_busy`) is marked so and timed again by the first process that finds the machine quiet."""
     disk_key = " | ".join([target.name, getattr(drafter, "name", "none"), machine_key(),
                            f"kernels {kernel_choice()} {_kernels_digest(target, drafter)}", f"widths {max_width}",
                            _METHOD])
-    stored = _stored(disk_key)
-    if stored is not None:
+    stored, stored_busy = _stored(disk_key)
+    busy = _busy()
+    if stored is not None and (busy or not stored_busy):  # a busy table waits for a quiet machine
         return stored
     key = (id(target.model), max_width)
-    if key not in _CACHE:
+    if key not in _CACHE or stored_busy:
         _CACHE[key] = _time_widths(target, max_width)
     verify = dict(_CACHE[key])
     costs = PassCosts(verify, _draft_ratio(target, drafter) * verify[1])
-    if not _busy():  # a table timed while other work ran is used here but not kept for every process
-        _write_costs(disk_key, {"verify": costs.verify, "draft_step": costs.draft_step})
+    _write_costs(disk_key, {"verify": costs.verify, "draft_step": costs.draft_step, "busy": busy})
     return costs
 
 
@@ -132,13 +133,15 @@ def _read_costs() -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _stored(key: str) -> PassCosts | None:
-    """The table kept under ``key``, or None (absent or malformed: measured again)."""
+def _stored(key: str) -> tuple[PassCosts | None, bool]:
+    """The table kept under ``key`` (None if absent or malformed: measured again) and whether it
+    was timed on a busy machine."""
     entry = _read_costs().get(key)
     try:
-        return PassCosts({int(w): float(t) for w, t in entry["verify"].items()}, float(entry["draft_step"]))
+        costs = PassCosts({int(w): float(t) for w, t in entry["verify"].items()}, float(entry["draft_step"]))
+        return costs, bool(entry.get("busy", False))
     except (TypeError, KeyError, AttributeError, ValueError):
-        return None
+        return None, False
 
 
 def _write_costs(key: str, entry: dict) -> None:

@@ -3,9 +3,9 @@
 The draft-length policy weighs expected tokens against these costs. They are measured when a
 decoder with a drafter first starts a batch, and kept in a file per model, drafter and machine
 (:func:`costs_file`; a table timed while the machine was busy serves until a process finds it
-quiet and times it again), never updated from live timings: a sampled "exact" request's text depends on its draft lengths, so the
-policy may read only the request's own history and a table fixed before it started (same seed,
-same text, whatever else runs on the machine).
+quiet and times it again), never updated from live timings: a sampled "exact" request's text
+depends on its draft lengths, so the policy may read only the request's own history and a table
+fixed before it started (same seed, same text, whatever else runs on the machine).
 """
 
 from __future__ import annotations

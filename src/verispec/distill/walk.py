@@ -1,0 +1,157 @@
+"""The greedy chain walked over held-out answers without the engine: the alpha a head would get.
+
+Teacher-forced agreement scores a head's first step at every answer position, but the engine asks
+for a first draft only where the last pass ended (after a rejection or a fully accepted draft),
+and drafts after the first read the head's own features. This walk replays greedy speculative
+decoding on each held-out answer from the head's unrolled predictions: draft up to K tokens,
+accept the prefix that agrees with the target's argmax, go on one token past it (the target's
+own), and count what the engine's bench counts (alpha = accepted / tested drafts). ``first``
+keeps only passes that start within the first N answer tokens.
+
+``python -m verispec.distill.walk --head eagle --heldout DIR --k 4 [--first 64]``
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["WalkCounts", "walk_chain", "walk_head", "main"]
+
+
+@dataclass
+class WalkCounts:
+    """Counts of one walk: passes, their first drafts (accepted, and after a rejection / after a
+    fully accepted pass), and drafts accepted and tested (a draft is tested when all before it in
+    its pass were accepted)."""
+
+    passes: int = 0
+    first_accepted: int = 0
+    after_rejection: int = 0
+    after_rejection_accepted: int = 0
+    after_full: int = 0
+    after_full_accepted: int = 0
+    accepted: int = 0
+    tested: int = 0
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / max(1, self.tested)
+
+    @property
+    def first_rate(self) -> float:
+        return self.first_accepted / max(1, self.passes)
+
+    def add(self, other: WalkCounts) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def walk_chain(hits: Sequence[torch.Tensor], scored: torch.Tensor, first: int = 0) -> WalkCounts:
+    """Walk the greedy chain over each row.
+
+    ``hits[s] [B, T]`` bool: draft step ``s + 1`` made at position ``t`` agrees with the target
+    (step 1 at ``t`` guesses token ``t + 1`` from real features; step 2 at ``t + 1`` the one after,
+    from step 1's feature; ...). ``scored [B, T]`` bool: answer positions. A walk starts ``K``
+    positions into the answer (where every step has real features behind it) and ends where a
+    full pass no longer fits; ``first`` > 0 ends it ``first`` positions after the answer starts.
+    """
+    k = len(hits)
+    counts = WalkCounts()
+    for r in range(scored.shape[0]):
+        pos = scored[r].nonzero().flatten().tolist()
+        if len(pos) < k + 2:
+            continue
+        end = pos[-1] if first <= 0 else min(pos[-1], pos[0] + first)
+        p, last = pos[k], None
+        while p + k <= end:
+            n = 0
+            while n < k and bool(hits[n][r, p + n]):
+                n += 1
+            counts.passes += 1
+            counts.first_accepted += int(n > 0)
+            if last == "rejection":
+                counts.after_rejection += 1
+                counts.after_rejection_accepted += int(n > 0)
+            elif last == "full":
+                counts.after_full += 1
+                counts.after_full_accepted += int(n > 0)
+            counts.accepted += n
+            counts.tested += n + (n < k)
+            last = "full" if n == k else "rejection"
+            p += n + 1  # the accepted drafts, then the target's own token
+    return counts
+
+
+@torch.no_grad()
+def walk_head(head_name: str, heldout: Path, k: int = 4, first: int = 0, target_name: str = "smollm2-135m",
+              batch: int = 4) -> tuple[float, WalkCounts]:
+    """``(teacher-forced step-1 agreement over all answer positions, walk counts)`` of the head
+    ``head_name`` (a built-in name or a head folder) on the answer shards with features in
+    ``heldout``."""
+    from ..eagle_train import _first_scored, _last_scored, _position_weight, unrolled_predictions
+    from ..models import load_causal_lm
+    from .eagle_head import init_head
+    from .head import load_answers
+
+    target = load_causal_lm(target_name)
+    embed, out_full = target.model.get_input_embeddings(), target.model.get_output_embeddings().weight.detach()
+    init = init_head(head_name)
+    head, vmap = init.head.eval(), init.vocab_map
+    held, _ = load_answers(sorted(heldout.glob("*.safetensors")))
+    rows = out_full[vmap]  # [V_map, H]
+    counts, agree, scored_total = WalkCounts(), 0, 0
+    for i in range(0, len(held), batch):
+        b = held.subset(torch.arange(i, min(i + batch, len(held))))
+        w = _position_weight(b, True)
+        end = _last_scored(w, None)
+        f, ids, w = b.features[:, :end].float(), b.input_ids[:, :end].long(), w[:, :end]
+        outs = unrolled_predictions(head, embed, f, ids, k, start=_first_scored(w, k))
+        want = (f @ out_full.T).argmax(-1)  # [B, T]: the target's next token at each position
+        hits = [vmap[(o @ rows.T).argmax(-1)] == want for o in outs]
+        scored = w > 0
+        agree += int(hits[0][scored].sum())
+        scored_total += int(scored.sum())
+        counts.add(walk_chain(hits, scored, first))
+    return agree / max(1, scored_total), counts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m verispec.distill.walk", description=__doc__.split("\n")[0])
+    ap.add_argument("--head", action="append", required=True, help="head name or folder (repeatable)")
+    ap.add_argument("--heldout", required=True, help="folder of held-out answer shards with features")
+    ap.add_argument("--k", type=int, default=4, help="drafts per pass (default 4)")
+    ap.add_argument("--first", type=int, default=0, help="only passes within the first N answer tokens (0 = all)")
+    ap.add_argument("--target", default="smollm2-135m")
+    args = ap.parse_args(argv)
+    if args.k < 1:
+        ap.error(f"--k must be >= 1, got {args.k}")
+    if args.first < 0:
+        ap.error(f"--first must be >= 0, got {args.first}")
+    held = Path(args.heldout)
+    if not held.is_dir() or not any(held.glob("*.safetensors")):
+        ap.error(f"--heldout {held}: no answer shards (*.safetensors) there")
+    from .eagle_head import init_head
+
+    for name in args.head:
+        try:
+            init_head(name)
+        except (ValueError, OSError) as e:
+            ap.error(f"--head {name!r}: {e}")
+    span = "whole answers" if args.first == 0 else f"first {args.first} answer tokens"
+    for name in args.head:
+        tf, c = walk_head(name, held, args.k, args.first, args.target)
+        print(f"{name}: step-1 agreement {tf:.3f} over all answer positions; walk (K = {args.k}, {span}): "
+              f"first draft accepted {c.first_rate:.3f} (after a rejection "
+              f"{c.after_rejection_accepted / max(1, c.after_rejection):.3f}, n {c.after_rejection}; after a full "
+              f"accept {c.after_full_accepted / max(1, c.after_full):.3f}, n {c.after_full}); alpha {c.alpha:.3f} "
+              f"({c.accepted} of {c.tested} tested, {c.passes} passes)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,7 +23,7 @@ CPU = PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 16)}, draft_step=0.06
 
 @pytest.fixture(autouse=True)
 def _quiet_machine(monkeypatch):
-    """Cost tables are kept only when timed on a quiet machine; these tests must not depend on
+    """A cost table timed on a busy machine is timed again later; these tests must not depend on
     what else the test run has going on (one test below makes the machine look busy)."""
     from verispec.engine import costs as costs_module
 

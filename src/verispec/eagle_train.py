@@ -31,7 +31,8 @@ from transformers import DynamicCache
 from .eagle import EagleHead, eagle_config, target_features
 from .training import atomic_save, cosine_lr, load_training_state, save_training_state
 
-__all__ = ["FeatureSet", "feature_path", "make_features", "train_eagle", "evaluate_eagle", "ttt_mask"]
+__all__ = ["FeatureSet", "feature_path", "make_features", "train_eagle", "evaluate_eagle", "held_out_batches",
+           "ttt_mask"]
 
 
 def feature_path(label_path: Path) -> Path:
@@ -158,6 +159,19 @@ def unrolled_predictions(head: EagleHead, embed, feats: torch.Tensor, ids: torch
     return outs
 
 
+def held_out_batches(head: EagleHead, embed, held: FeatureSet, depth: int, batch: int = 4,
+                     answers_only: bool = False):
+    """Yield ``(features [B, T, H] float, weights [B, T], predictions of steps 1..depth [B, T, H])``
+    over ``held`` in batches of ``batch`` sequences, each cut after its last scored position
+    (``answers_only``: positions whose next token the target generated)."""
+    for i in range(0, len(held), batch):
+        b = held.subset(torch.arange(i, min(i + batch, len(held))))
+        w = _position_weight(b, answers_only)
+        end = _last_scored(w, None)
+        f, ids, w = b.features[:, :end].float(), b.input_ids[:, :end].long(), w[:, :end]
+        yield f, w, unrolled_predictions(head, embed, f, ids, depth, start=_first_scored(w, depth))
+
+
 @torch.no_grad()
 def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: torch.Tensor, held: FeatureSet,
                    depth: int, batch: int = 4, answers_only: bool = False) -> dict:
@@ -169,12 +183,7 @@ def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: to
     count = torch.zeros(depth)
     kl_sum, kl_n = 0.0, 0.0
     W = out_full[vocab_map]
-    for i in range(0, len(held), batch):
-        b = held.subset(torch.arange(i, min(i + batch, len(held))))
-        w_all = _position_weight(b, answers_only)
-        end = _last_scored(w_all, None)
-        f, ids, w_all = b.features[:, :end].float(), b.input_ids[:, :end].long(), w_all[:, :end]
-        outs = unrolled_predictions(head, embed, f, ids, depth, start=_first_scored(w_all, depth))
+    for f, w_all, outs in held_out_batches(head, embed, held, depth, batch, answers_only):
         pos = (w_all > 0).nonzero(as_tuple=True)  # only scored positions go through the heads
         want = (f[pos] @ out_full.T).argmax(-1)  # [N] the target's greedy token after each position
         for s, f_hat in enumerate(outs, 1):

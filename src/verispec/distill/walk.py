@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -47,8 +47,8 @@ class WalkCounts:
         return self.first_accepted / max(1, self.passes)
 
     def add(self, other: WalkCounts) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 def walk_chain(hits: Sequence[torch.Tensor], scored: torch.Tensor, first: int = 0) -> WalkCounts:
@@ -88,31 +88,19 @@ def walk_chain(hits: Sequence[torch.Tensor], scored: torch.Tensor, first: int = 
 
 
 @torch.no_grad()
-def walk_head(head_name: str, heldout: Path, k: int = 4, first: int = 0, target_name: str = "smollm2-135m",
+def walk_head(head, vocab_map: torch.Tensor, target, held, k: int = 4, first: int = 0,
               batch: int = 4) -> tuple[float, WalkCounts]:
-    """``(teacher-forced step-1 agreement over all answer positions, walk counts)`` of the head
-    ``head_name`` (a built-in name or a head folder) on the answer shards with features in
-    ``heldout``."""
-    from ..eagle_train import _first_scored, _last_scored, _position_weight, unrolled_predictions
-    from ..models import load_causal_lm
-    from .eagle_head import init_head
-    from .head import load_answers
+    """``(teacher-forced step-1 agreement over all answer positions, walk counts)`` of ``head``
+    (an EAGLE head with its ``vocab_map``) for ``target`` (a loaded ``CausalLM``) on ``held`` (a
+    ``FeatureSet`` of answers with features, as ``verispec.distill.head.load_answers`` reads)."""
+    from ..eagle_train import held_out_batches
 
-    target = load_causal_lm(target_name)
     embed, out_full = target.model.get_input_embeddings(), target.model.get_output_embeddings().weight.detach()
-    init = init_head(head_name)
-    head, vmap = init.head.eval(), init.vocab_map
-    held, _ = load_answers(sorted(heldout.glob("*.safetensors")))
-    rows = out_full[vmap]  # [V_map, H]
+    rows = out_full[vocab_map]  # [V_map, H]
     counts, agree, scored_total = WalkCounts(), 0, 0
-    for i in range(0, len(held), batch):
-        b = held.subset(torch.arange(i, min(i + batch, len(held))))
-        w = _position_weight(b, True)
-        end = _last_scored(w, None)
-        f, ids, w = b.features[:, :end].float(), b.input_ids[:, :end].long(), w[:, :end]
-        outs = unrolled_predictions(head, embed, f, ids, k, start=_first_scored(w, k))
+    for f, w, outs in held_out_batches(head.eval(), embed, held, k, batch, answers_only=True):
         want = (f @ out_full.T).argmax(-1)  # [B, T]: the target's next token at each position
-        hits = [vmap[(o @ rows.T).argmax(-1)] == want for o in outs]
+        hits = [vocab_map[(o @ rows.T).argmax(-1)] == want for o in outs]
         scored = w > 0
         agree += int(hits[0][scored].sum())
         scored_total += int(scored.sum())
@@ -135,16 +123,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     held = Path(args.heldout)
     if not held.is_dir() or not any(held.glob("*.safetensors")):
         ap.error(f"--heldout {held}: no answer shards (*.safetensors) there")
+    from ..models import load_causal_lm
     from .eagle_head import init_head
+    from .head import load_answers
 
+    heads = {}
     for name in args.head:
         try:
-            init_head(name)
+            heads[name] = init_head(name)
         except (ValueError, OSError) as e:
             ap.error(f"--head {name!r}: {e}")
+    target = load_causal_lm(args.target)
+    answers, _ = load_answers(sorted(held.glob("*.safetensors")))
     span = "whole answers" if args.first == 0 else f"first {args.first} answer tokens"
-    for name in args.head:
-        tf, c = walk_head(name, held, args.k, args.first, args.target)
+    for name, init in heads.items():
+        tf, c = walk_head(init.head, init.vocab_map, target, answers, args.k, args.first)
         print(f"{name}: step-1 agreement {tf:.3f} over all answer positions; walk (K = {args.k}, {span}): "
               f"first draft accepted {c.first_rate:.3f} (after a rejection "
               f"{c.after_rejection_accepted / max(1, c.after_rejection):.3f}, n {c.after_rejection}; after a full "

@@ -169,8 +169,8 @@ def test_draft_steps_use_cpu_kernels_only_on_the_cpu(monkeypatch) -> None:
     assert calls == []
 
 
-def test_auto_draft_weights_are_chosen_by_measurement(monkeypatch, tmp_path: Path) -> None:
-    """``weights="auto"`` times a one-row draft step's matmuls with each kind of draft weights
+def test_measured_draft_weights_are_chosen_by_timing(monkeypatch, tmp_path: Path) -> None:
+    """``weights="measured"`` (an opt-in: "auto" is a rule on the CPU's flags) times a one-row draft step's matmuls with each kind of draft weights
     this build runs (float32, float16, int8), each after flushing the CPU's caches, once per
     machine, and takes the fastest (cached: a second bind times nothing); a target no other
     kind can serve (float64) is not timed."""
@@ -196,18 +196,18 @@ def test_auto_draft_weights_are_chosen_by_measurement(monkeypatch, tmp_path: Pat
         monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / f"{fast}.json"))
         timer = faster(fast)
         monkeypatch.setattr(kernels, "_time_calls", timer)
-        draft = bind_eagle(files, target)
+        draft = bind_eagle(files, target, weights="measured")
         assert draft.weights == fast and timer.seen == [kinds] and timer.flushed
         report = kernel_report(draft)["eagle"]
         assert report["weights"] == fast and report["choice"] == "measured" and not report["cached"]
         again = faster(other)
         monkeypatch.setattr(kernels, "_time_calls", again)
-        draft = bind_eagle(files, target)
+        draft = bind_eagle(files, target, weights="measured")
         assert draft.weights == fast and again.seen == [] and kernel_report(draft)["eagle"]["cached"]
         assert bind_eagle(files, target, weights=other).weights == other  # asked: never timed
         assert again.seen == []
     wide = tiny_llama(vocab_size=64, seed=0, dtype=torch.float64)
-    assert bind_eagle(tiny_eagle(wide, seed=2), wide).weights == "fp32" and again.seen == []
+    assert bind_eagle(tiny_eagle(wide, seed=2), wide, weights="measured").weights == "fp32" and again.seen == []
 
 
 def test_save_load_round_trip(tiny_target, tmp_path: Path) -> None:
@@ -346,7 +346,7 @@ def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
     assert f32.model.weights == "fp32" and f32.name == "smollm2-135m-eagle:fp32+ngram"
     d16 = make_drafter(str(tmp_path / "head") + ":fp16")
     assert isinstance(d16, EagleDrafter) and d16.weights == "fp16" and d16.name == "head:fp16"
-    with pytest.raises(ModelLoadError, match="weights must be one of auto, fp16, int8, fp32, got 'int3'"):
+    with pytest.raises(ModelLoadError, match="weights must be one of auto, fp16, int8, fp32, measured, got 'int3'"):
         make_drafter(str(tmp_path / "head") + ":int3")
     with pytest.raises(ModelLoadError, match="weights must be one of"):
         make_drafter("eagle:fp64+ngram")

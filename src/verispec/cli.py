@@ -1,4 +1,4 @@
-"""The ``verispec`` command line: ``generate``, ``bench``, ``certify`` and ``distill``."""
+"""The ``verispec`` command line: ``generate``, ``bench``, ``certify``, ``distill`` and ``serve``."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         tool = importlib.import_module(DISTILL_TOOLS[args_list[1]])
         return tool.main(args_list[2:], prog=f"verispec distill {args_list[1]}")
+    if len(args_list) >= 2 and args_list[0] == "bench" and args_list[1] == "serve":
+        from .serve.loadgen import main as loadgen_main
+
+        return run_command("bench serve", lambda: loadgen_main(args_list[2:], prog="verispec bench serve"))
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -45,15 +49,21 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--target", default="smollm2-135m", help="built-in name, HF model dir or .gguf file")
     g.add_argument("--draft", default="default",
                    help="draft model name/path, 'eagle' (the built-in EAGLE head; 'eagle:fp32' / 'eagle:fp16' / "
-                        "'eagle:int8' for the weights its steps read, default the fastest here) or an EAGLE head "
+                        "'eagle:int8' for the weights its steps read, 'eagle:measured' for the fastest timed here; "
+                        "default a rule on the CPU's flags) or an EAGLE head "
                         "directory, "
                         "'ngram' (prompt lookup), 'hybrid' (prompt lookup, then smollm2-135m-draft), 'NAME+ngram', "
                         "'none' (target only) or 'default' (the fastest measured for a built-in target: eagle+ngram "
                         "for smollm2-135m; prompt lookup for any other target)")
     g.add_argument("--k", default="auto",
                    help="draft length: an int, 'auto' (default: draft while the next token pays, from this "
-                        "request's calibrated acceptance and a cost table measured before it starts, so a seed "
-                        "always gives the same text) or 'heuristic'")
+                        "request's calibrated acceptance and a cost table fixed before it starts; a sampled 'exact' "
+                        "request reads one that involves no timing, so a seed always gives the same text) or "
+                        "'heuristic'")
+    g.add_argument("--costs", metavar="FILE",
+                   help="pin the pass-cost table every row of --k auto weighs: JSON {\"verify\": {\"1\": v1, "
+                        "\"2\": v2, ...}, \"draft_step\": c} (default: measured for greedy and gumbel, a fixed "
+                        "reference model for sampled exact rows)")
     g.add_argument("--method", default="exact", choices=["exact", "gumbel"])
     _add_sampling_arguments(g)
     g.add_argument("--max-new-tokens", type=int, default=128)
@@ -83,7 +93,20 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--mutants", action="store_true",
                    help="then inject each deliberately wrong verifier and show that the grid catches it")
     c.set_defaults(func=_cmd_certify)
+
+    from .serve import add_serve_arguments
+
+    s = sub.add_parser("serve", help="an OpenAI-compatible server (continuous batching, speculative decoding)",
+                       epilog="load test: verispec bench serve --help")
+    add_serve_arguments(s)
+    s.set_defaults(func=_cmd_serve)
     return p
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .serve import run_serve
+
+    return run_serve(args)
 
 
 def _add_sampling_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,10 +146,15 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     sampling = _sampling(args)
     k = parse_k(args.k)
+    costs = None
+    if args.costs is not None:
+        from .engine.costs import load_costs
+
+        costs = load_costs(args.costs, "--costs")
     with console.status(f"loading {args.target} and draft {args.draft} ..."):
         target = load_causal_lm(args.target)
         drafter = make_drafter(args.draft, target=args.target)
-    decoder = SpeculativeDecoder(target, drafter, k=k, method=args.method)
+    decoder = SpeculativeDecoder(target, drafter, k=k, method=args.method, costs=costs)
     kwargs = dict(max_new_tokens=args.max_new_tokens, sampling=sampling, stop=args.stop, chat=args.chat)
     if args.stream:
         stream = decoder.generate(args.prompt, stream=True, **kwargs)

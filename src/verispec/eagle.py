@@ -36,18 +36,23 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from .models import CausalLM, ModelLoadError
+from .models import CausalLM, ModelLoadError, cpu_matrix_units
 from .models.kernels import (cache_evictor, fp16_linear, int8_linear, kernel_choice, measured_choice, pack_weight,
                              packed_linear)
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
-           "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir"]
+           "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir",
+           "capability_draft_weights"]
 
 EAGLE_FORMAT = "verispec-eagle-v1"
 CONFIG_NAME = "eagle_config.json"
 WEIGHTS_NAME = "eagle.safetensors"
 VOCAB_MAP_NAME = "vocab_map.safetensors"
-DRAFT_WEIGHTS = ("auto", "fp16", "int8", "fp32")  # what a bound head's draft steps read (see bind_eagle)
+DRAFT_WEIGHTS = ("auto", "fp16", "int8", "fp32", "measured")  # what a bound head's draft steps read (see bind_eagle)
+# CPU flags under which int8 draft weights are the default: torch's int8 weight kernel reads its
+# inputs as bfloat16, which these units run natively.
+INT8_FLAGS = ("avx512_bf16", "amx_bf16")
+FP16_FLAGS = ("avx2", "avx512f")  # fbgemm's float16 weights need AVX2 (F16C) at least
 
 
 def eagle_config(target_config) -> LlamaConfig:
@@ -344,13 +349,15 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
     ``weights`` (what each draft step reads): ``"fp32"``, ``"fp16"`` (float16 copies of the
     head's weights and output rows, half the memory traffic; a CPU kernel: float32 CPU targets
     with fbgemm only), ``"int8"`` (int8 copies with a scale per row, a quarter of the traffic,
-    inputs rounded to bfloat16; float32 CPU targets with torch's int8 weight kernel), or ``"auto"``:
-    on a float32 CPU target, whichever of those this machine runs makes a one-row draft step's
-    matmuls fastest right after the caches were flushed, as after a target pass (timed once per
-    machine and head shape, then read from :func:`verispec.models.kernels_file`; with
-    ``$VERISPEC_KERNEL_CHOICE=fixed``, fp16 without timing), else fp32. Rounding the draft's
-    weights changes which tokens it proposes, never the output distribution (the verifier sees
-    the q each draft was sampled from). The head moves to the target's device and dtype; off the
+    inputs rounded to bfloat16; float32 CPU targets with torch's int8 weight kernel), ``"auto"``
+    (the default: a rule on the CPU's capabilities, :func:`capability_draft_weights`, no timing)
+    or ``"measured"`` (on a float32 CPU target, whichever of those makes a one-row draft step's
+    matmuls fastest right after the caches were flushed, timed once per machine and head shape
+    and read from :func:`verispec.models.kernels_file`). With ``$VERISPEC_KERNEL_CHOICE=fixed``,
+    ``"auto"`` is fp16 where fbgemm runs it. The draft weights decide the bits of q, so a seeded
+    sampled "exact" request's text depends on them (never its distribution: the verifier sees
+    the q each draft was sampled from): the default therefore never depends on a timing, and a
+    machine gives the same text for a seed in every process. The head moves to the target's device and dtype; off the
     CPU its draft steps use no CPU kernel (see ``_FastStep``). What was picked:
     ``verispec.models.kernel_report(draft)["eagle"]``.
     """
@@ -369,18 +376,70 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
         out = out[files.vocab_map]
     head = files.head.to(device=out.device, dtype=out.dtype)  # (drafting: _FastStep, with its own weight copies)
     out = out.contiguous()
-    kind, choice, info = weights, None, {}
+    kind, choice, rule, info = weights, None, None, {}
     if weights == "auto":
         choice = kernel_choice()
-        kind, info = ("fp16", {}) if choice == "fixed" else _measured_draft_weights(head, out)
+        if choice == "fixed":
+            kind, rule = ("fp16" if _runs(head, out, "fp16") else "fp32"), "fixed"
+        else:
+            kind, rule = capability_draft_weights(head, out), "capability"
+    elif weights == "measured":
+        choice, rule = "measured", "measured"
+        kind, info = _measured_draft_weights(head, out)
     draft = EagleDraftModel(head, model.get_input_embeddings(), out, weights=kind)
     if weights in ("fp16", "int8") and draft.weights != weights:
         need = "fbgemm" if weights == "fp16" else "torch._weight_int8pack_mm"
         raise ValueError(f"weights={weights!r} needs a float32 CPU target and a torch build with {need} "
                          f"(target {target.name!r}: {out.dtype} on {out.device.type})")
-    draft._verispec_kernels = {"choice": choice, "eagle": {"weights": draft.weights,
-                                                           "asked": weights, "choice": choice, **info}}
+    draft._verispec_kernels = {"choice": choice, "eagle": {"weights": draft.weights, "asked": weights,
+                                                           "choice": choice, "rule": rule, **info}}
     return draft
+
+
+def _float32_cpu(head: EagleHead, out_rows: torch.Tensor) -> bool:
+    """A head the CPU kernels can serve: float32 weights and output rows on the CPU."""
+    if not _FastStep.supports(head) or out_rows.device.type != "cpu" or out_rows.dtype != torch.float32:
+        return False
+    return all(t.device.type == "cpu" and t.dtype == torch.float32
+               for w, b in _FastStep.weights(head, out_rows).values() for t in (w, b) if t is not None)
+
+
+def _runs(head: EagleHead, out_rows: torch.Tensor, kind: str) -> bool:
+    """Whether this torch build runs ``kind`` ("fp16", "int8") draft weights for every matmul of
+    the head (the kernels' own probes: a build without the op, or a shape it misreads, fails)."""
+    if not _float32_cpu(head, out_rows):
+        return False
+    make = {"fp16": fp16_linear, "int8": int8_linear}[kind]
+    return all(make(w, b) is not None for w, b in _FastStep.weights(head, out_rows).values())
+
+
+def capability_draft_weights(head: EagleHead, out_rows: torch.Tensor, flags: str | None = None) -> str:
+    """The default draft weights (``bind_eagle(weights="auto")``): a rule on the CPU's flags
+    (``flags``, default :func:`verispec.models.cpu_matrix_units`: the matrix-unit flags of
+    /proc/cpuinfo's ``flags`` line) and the kernels this torch build
+    has, never a timing:
+
+    1. a head that is not float32 on the CPU: ``"fp32"`` (no CPU kernel applies);
+    2. ``"int8"`` where torch's int8 weight kernel runs every matmul and the CPU has bfloat16
+       units (:data:`INT8_FLAGS`: avx512_bf16 or AMX's amx_bf16; the kernel reads its inputs
+       as bfloat16). A quarter of float32's bytes, and a draft step reads every weight for one
+       row, bound by memory traffic;
+    3. else ``"fp16"`` where fbgemm runs every matmul and the CPU has AVX2 or AVX-512;
+    4. else ``"fp32"``.
+
+    The CPUs this ran on: the AMD EPYC with AVX-512 and avx512_bf16 (no AMX) and the Intel
+    Xeons with AVX-512, avx512_bf16 and AMX both get int8 by rule 2, as timing chose there
+    (BENCHMARKS.md: an EAGLE step's c 0.057 int8 against 0.101 float32 on the EPYC; 1.09 ms
+    int8, 2.00 fp16, 1.87 fp32 for the output rows on a Xeon); an AVX2-only EPYC gets fp16 by
+    rule 3 (the "fixed" choice tuned there)."""
+    if not _float32_cpu(head, out_rows):
+        return "fp32"
+    have = set((cpu_matrix_units() if flags is None else flags).split())
+    if any(f in have for f in INT8_FLAGS) and _runs(head, out_rows, "int8"):
+        return "int8"
+    if any(f in have for f in FP16_FLAGS) and _runs(head, out_rows, "fp16"):
+        return "fp16"
+    return "fp32"
 
 
 def _measured_draft_weights(head: EagleHead, out_rows: torch.Tensor) -> tuple[str, dict]:

@@ -52,6 +52,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--min-p", type=float, default=0.0)
     g.add_argument("--max-new-tokens", type=int, help="tokens per prompt (default 128; --quick: 64)")
     g.add_argument("--seed", type=int, default=0, help="base seed; prompt i uses seed + i")
+    g.add_argument("--costs", metavar="FILE",
+                   help="pin the pass-cost table --k auto weighs for every row: JSON {\"verify\": {\"1\": v1, ...}, "
+                        "\"draft_step\": c} (default: measured for greedy and gumbel, a fixed reference model for "
+                        "sampled exact rows)")
     g = parser.add_argument_group("measurement")
     g.add_argument("--repeats", type=int, help="timed generations per prompt and config; each prompt's wall is "
                    "their median (default 3; --quick: 1)")
@@ -219,6 +223,11 @@ def run_bench(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # logs and pipes: wide enough for the tables
         console = Console(width=200)
     opt = _resolve(args)
+    costs = None
+    if getattr(args, "costs", None) is not None:
+        from ..engine.costs import load_costs
+
+        costs = load_costs(args.costs, "--costs")
     prompts, workload = _load_prompts(args, opt)
     if args.threads:
         import torch
@@ -239,7 +248,7 @@ def run_bench(args: argparse.Namespace) -> int:
         pass_costs = pass_cost_table(target, drafters, _machine()["cpu"])
     settings = BenchSettings(max_new_tokens=opt["max_new_tokens"], sampling=opt["sampling"], ks=opt["ks"],
                              repeats=opt["repeats"], seed=args.seed, method=args.method,
-                             compare_hf=args.compare == "hf")
+                             compare_hf=args.compare == "hf", costs=costs)
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())

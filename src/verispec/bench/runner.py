@@ -59,6 +59,7 @@ class BenchSettings:
     warmup_tokens: int = 8
     remeasure_baseline: bool = True
     pass_tolerance: float = PASS_TOLERANCE
+    costs: object = None  # a pinned PassCosts for every decoder (--costs), or None (see SpeculativeDecoder)
 
 
 @dataclass
@@ -120,7 +121,8 @@ def build_configs(target: CausalLM, drafters: Sequence[DrafterSpec], settings: B
     for d in drafters:
         for k in settings.ks:
             configs.append(BenchConfig(f"{d.label} k={k}", "verispec", d.label, k,
-                                       SpeculativeDecoder(target, d.drafter, k=k, method=settings.method)))
+                                       SpeculativeDecoder(target, d.drafter, k=k, method=settings.method,
+                                                          costs=settings.costs)))
     if settings.compare_hf:
         if settings.method != "exact":
             notes.append(f"--compare hf: HF has no {settings.method!r} method; it samples its own way")

@@ -1,20 +1,34 @@
-"""What a target pass and a draft step cost on this machine: measured once, before requests run.
+"""What a target pass and a draft step cost: the tables the draft-length policy weighs.
 
-The draft-length policy weighs expected tokens against these costs. They are measured when a
-decoder with a drafter first starts a batch, and kept in a file per model, drafter and machine
-(:func:`costs_file`; a table timed while the machine was busy serves until a process finds it
-quiet and times it again), never updated from live timings: a sampled "exact" request's text
-depends on its draft lengths, so the policy may read only the request's own history and a table
-fixed before it started (same seed, same text, whatever else runs on the machine).
+Two kinds of table, and which rows read which (:class:`CostTables`):
+
+* **measured** (:func:`measure_pass_costs`): timed on this machine when a decoder with a drafter
+  first starts a batch, and kept in a file per model, drafter and machine (:func:`costs_file`,
+  written read-modify-write under a file lock; a table timed while the machine was busy serves
+  until a process finds it quiet and times it again). Greedy and Gumbel rows read it: their text
+  does not depend on draft lengths, only their speed does.
+* **reference** (:func:`reference_costs`): no timing at all. A target pass of w tokens costs
+  ``1 + 0.05 (w - 1)`` one-token passes, and a draft step the bytes of weights the drafter reads
+  per step over the bytes the target reads per pass, plus 0.02 (a memory-bound model of a small
+  CPU). Sampled "exact" rows read it: their text depends on their draft lengths, which must
+  depend only on the request, the models and the kind of draft weights, never on a timing (same
+  seed, same text, in any process, under any load, whatever the costs file holds).
+
+A table the user pins (``SpeculativeDecoder(costs=...)``, ``--costs FILE``: :func:`load_costs`)
+serves every row instead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import math
 import os
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +39,8 @@ from ..models import CausalLM, cache_dir, kernel_choice, kernel_report, machine_
 from ..runner import KVRunner
 from ..sampling import SamplingParams
 
-__all__ = ["PassCosts", "measure_pass_costs", "costs_file"]
+__all__ = ["PassCosts", "CostTables", "measure_pass_costs", "reference_costs", "load_costs", "costs_file",
+           "REFERENCE_VERIFY_SLOPE", "REFERENCE_STEP_OVERHEAD"]
 
 _CONTEXT = 48  # tokens of context behind the timed passes
 _REPEATS = 3  # timed passes per width (interleaved over widths); the median is kept
@@ -37,6 +52,12 @@ _DRAFT_REPEATS = 11
 # steps are timed each right after a target pass, as in decoding: timed back to back, a draft
 # model's weights stay in the CPU's cache and its steps look several times cheaper than they are.
 _METHOD = f"draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it"
+# The reference model (no timing): v(w) / v(1) = 1 + slope (w - 1); a draft step costs the ratio
+# of bytes read plus a fixed overhead. On the 2-core CPUs of BENCHMARKS.md the measured tables
+# read v(5) 1.07-1.37, v(9) 1.31-1.58, v(16) 1.85 one-token passes, and an EAGLE head's step
+# 0.045-0.057 (int8 weights, ~0.02 by bytes) and 0.10 (float32, ~0.08 by bytes).
+REFERENCE_VERIFY_SLOPE = 0.05
+REFERENCE_STEP_OVERHEAD = 0.02
 
 
 @dataclass(frozen=True)
@@ -70,13 +91,109 @@ class PassCosts:
         mid = self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (w - lo) / (hi - lo)
         return max(best, mid)
 
+    def to_json(self) -> dict:
+        """What :func:`load_costs` reads."""
+        return {"verify": {str(w): t for w, t in sorted(self.verify.items())}, "draft_step": self.draft_step}
+
+    @classmethod
+    def from_json(cls, data: object, name: str = "costs") -> PassCosts:
+        """The table in ``data`` (see :meth:`to_json`); ``ValueError`` naming ``name`` if malformed."""
+        if not isinstance(data, dict) or not isinstance(data.get("verify"), dict) or not data["verify"]:
+            raise ValueError(f'{name}: expected {{"verify": {{"1": seconds, ...}}, "draft_step": seconds}}')
+        verify = {}
+        for w, t in data["verify"].items():
+            try:
+                width, secs = int(w), float(t)
+            except (TypeError, ValueError):
+                raise ValueError(f"{name}: verify entry {w!r}: {t!r} is not a width and a number") from None
+            if width < 1 or not math.isfinite(secs) or secs <= 0 or isinstance(t, bool):
+                raise ValueError(f"{name}: verify entry {w!r}: {t!r} needs a width >= 1 and a finite cost > 0")
+            verify[width] = secs
+        step = data.get("draft_step", 0.0)
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) or step < 0:
+            raise ValueError(f"{name}: draft_step must be a finite number >= 0, got {step!r}")
+        return cls(verify, float(step))
+
     def table(self, max_w: int) -> torch.Tensor:
         """``[max_w + 1]`` float64: entry w is :meth:`verify_cost` (w), entry 0 unused."""
         return torch.tensor([0.0] + [self.verify_cost(w) for w in range(1, max_w + 1)], dtype=torch.float64)
 
 
-_CACHE: dict[tuple[int, int], dict[int, float]] = {}  # (id(model), max width) -> seconds per width
-_STEP_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter -> draft step / one-token pass
+@dataclass(frozen=True)
+class CostTables:
+    """The two tables of a batch: ``measured`` for rows whose text does not depend on draft
+    lengths (greedy, Gumbel), ``fixed`` for sampled "exact" rows (no timing: the reference
+    model, or a table the user pinned). Which rows read ``fixed`` is the K policy's per-row flag
+    (:class:`verispec.engine.kpolicy.KRows`)."""
+
+    measured: PassCosts
+    fixed: PassCosts
+
+    @classmethod
+    def of(cls, costs: PassCosts | CostTables) -> CostTables:
+        """``costs`` as a pair (one table: every row reads it)."""
+        return costs if isinstance(costs, CostTables) else cls(costs, costs)
+
+
+def reference_costs(target: CausalLM, drafter: Drafter | None, max_width: int) -> PassCosts:
+    """The timing-free table (in one-token passes): v(w) = 1 + :data:`REFERENCE_VERIFY_SLOPE` (w - 1)
+    for w = 1..``max_width``, and a draft step of (bytes of weights the drafter reads per step) /
+    (bytes the target reads per pass) + :data:`REFERENCE_STEP_OVERHEAD` (0 for a drafter without
+    a model: prompt lookup). A function of the models' shapes and dtypes and of the kind of an
+    EAGLE head's draft weights only."""
+    verify = {w: 1.0 + REFERENCE_VERIFY_SLOPE * (w - 1) for w in range(1, max(2, max_width) + 1)}
+    draft = _draft_bytes(drafter)
+    step = draft / max(1, _linear_bytes(target.model)) + REFERENCE_STEP_OVERHEAD if draft else 0.0
+    return PassCosts(verify, step)
+
+
+def _linear_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the weights (and biases) of every linear layer of ``model``, the output head
+    included: what a one-token pass reads (an embedding gives one row)."""
+    total = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            total += sum(t.numel() * t.element_size() for t in (m.weight, m.bias) if t is not None)
+    return total
+
+
+_WEIGHT_BYTES = {"fp16": 2, "int8": 1}  # an EAGLE head's draft weights; fp32: the head's dtype
+
+
+def _draft_bytes(drafter: Drafter | None) -> int:
+    """Bytes a draft step reads: an EAGLE head's linears and output rows in the kind of weights
+    its steps read, a draft model's linears, nothing for prompt lookup or a drafter without a
+    model we know."""
+    inner = drafter.model if isinstance(drafter, HybridDrafter) else drafter
+    if isinstance(inner, EagleDrafter):
+        model = inner.model
+        if model is None:
+            return 0
+        n = sum(m.weight.numel() + (m.bias.numel() if m.bias is not None else 0)
+                for m in model.head.modules() if isinstance(m, torch.nn.Linear)) + model.out_rows.numel()
+        return n * _WEIGHT_BYTES.get(model.weights, model.out_rows.element_size())
+    lm = getattr(inner, "lm", None)
+    if isinstance(lm, CausalLM):
+        return _linear_bytes(lm.model)
+    return 0
+
+
+def load_costs(path: str | os.PathLike, name: str = "costs") -> PassCosts:
+    """A pinned cost table from a JSON file ``{"verify": {"1": v1, "2": v2, ...}, "draft_step": c}``
+    (seconds or any unit, the same for both; :meth:`PassCosts.to_json` writes one). Raises
+    ``ValueError`` naming ``name`` (the argument it came from) when the file cannot be read or is
+    malformed."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"{name}: cannot read {str(path)!r}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise ValueError(f"{name}: {str(path)!r} is not JSON: {e}") from None
+    return PassCosts.from_json(data, f"{name} ({path})")
+
+
+_CACHE: dict[tuple[int, int], tuple[dict[int, float], bool]] = {}  # (id(model), max width) -> (widths, busy)
+_STEP_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter -> (step / one-token pass, busy)
 
 
 def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int) -> PassCosts:
@@ -88,16 +205,22 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     disk_key = " | ".join([target.name, getattr(drafter, "name", "none"), machine_key(),
                            f"kernels {kernel_choice()} {_kernels_digest(target, drafter)}", f"widths {max_width}",
                            _METHOD])
-    stored, stored_busy = _stored(disk_key)
     busy = _busy()
-    if stored is not None and (busy or not stored_busy):  # a busy table waits for a quiet machine
-        return stored
-    key = (id(target.model), max_width)
-    if key not in _CACHE or stored_busy:
-        _CACHE[key] = _time_widths(target, max_width)
-    verify = dict(_CACHE[key])
-    costs = PassCosts(verify, _draft_ratio(target, drafter) * verify[1])
-    _write_costs(disk_key, {"verify": costs.verify, "draft_step": costs.draft_step, "busy": busy})
+    with _locked():  # one process times and writes a key at a time; the others read what it wrote
+        stored, stored_busy = _stored(disk_key)
+        if stored is not None and (busy or not stored_busy):  # a busy table waits for a quiet machine
+            return stored
+        key = (id(target.model), max_width)
+        cached = _CACHE.get(key)
+        if cached is None or stored_busy or (cached[1] and not busy):  # never reuse busy widths as quiet
+            cached = _CACHE[key] = (_time_widths(target, max_width), busy)
+        widths, widths_busy = cached
+        ratio, ratio_busy = _draft_ratio(target, drafter, busy)
+        verify = dict(widths)
+        costs = PassCosts(verify, ratio * verify[1])
+        # the table is as busy as the busiest of its parts' timings
+        _write_costs(disk_key, {"verify": costs.verify, "draft_step": costs.draft_step,
+                                "busy": widths_busy or ratio_busy})
     return costs
 
 
@@ -145,8 +268,44 @@ def _stored(key: str) -> tuple[PassCosts | None, bool]:
 
 
 def _write_costs(key: str, entry: dict) -> None:
-    """Add one entry to the costs file, atomically."""
-    write_json(costs_file(), {**_read_costs(), key: entry})
+    """Add one entry to the costs file: read, add, write (atomically), under the file lock so
+    that two processes never lose each other's entries."""
+    with _locked():
+        write_json(costs_file(), {**_read_costs(), key: entry})
+
+
+_HELD: dict[str, int] = {}  # lock path -> depth held by this process (flock is per open file)
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """An exclusive lock on ``<costs file>.lock`` (``fcntl.flock``; re-entrant in one process).
+    Where the lock file cannot be made (a read-only cache), nothing is locked: nothing is written
+    either."""
+    path = str(costs_file()) + ".lock"
+    if _HELD.get(path):
+        _HELD[path] += 1
+        try:
+            yield
+        finally:
+            _HELD[path] -= 1
+        return
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _HELD[path] = 1
+        try:
+            yield
+        finally:
+            _HELD.pop(path, None)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 @torch.inference_mode()
@@ -168,14 +327,16 @@ def _time_widths(target: CausalLM, max_width: int) -> dict[int, float]:
     return {w: sorted(ts)[len(ts) // 2] for w, ts in times.items()}
 
 
-def _draft_ratio(target: CausalLM, drafter: Drafter | None) -> float:
+def _draft_ratio(target: CausalLM, drafter: Drafter | None, busy: bool) -> tuple[float, bool]:
     """Seconds per drafted token over seconds of the one-token target pass timed just before it
-    (median over proposals of 4 greedy tokens on a dummy prompt; cached per drafter). The pass
+    (median over proposals of 4 greedy tokens on a dummy prompt; cached per drafter, with whether
+    the machine was ``busy`` then: a ratio timed busy is timed again once it is quiet). The pass
     leaves the CPU's caches as decoding does; the ratio cancels the machine's slow spells."""
     if drafter is None:
-        return 0.0
-    if drafter in _STEP_CACHE:
-        return _STEP_CACHE[drafter]
+        return 0.0, False
+    cached = _STEP_CACHE.get(drafter)
+    if cached is not None and not (cached[1] and not busy):
+        return cached
     runner = KVRunner(target.model, 1)
     with torch.inference_mode():
         runner.forward(torch.arange(4, 4 + _CONTEXT, device=target.model.device)[None] % target.vocab_size)
@@ -204,5 +365,5 @@ def _draft_ratio(target: CausalLM, drafter: Drafter | None) -> float:
     drafter.keep(torch.zeros(0, dtype=torch.int64))
     # a drafter without a model (prompt lookup) takes no forward: drafting is free
     ratio = sorted(ratios[1:])[len(ratios[1:]) // 2] if forwards else 0.0
-    _STEP_CACHE[drafter] = ratio
-    return ratio
+    _STEP_CACHE[drafter] = (ratio, busy)
+    return ratio, busy

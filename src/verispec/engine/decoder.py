@@ -9,6 +9,7 @@ is in :mod:`verispec.engine.step`.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Sequence
@@ -22,7 +23,7 @@ from ..rng import random_seeds
 from ..runner import KVRunner, prefill
 from ..sampling import RowParams, SamplingParams
 from ..verify import METHODS
-from .costs import PassCosts, measure_pass_costs
+from .costs import CostTables, PassCosts, load_costs, measure_pass_costs, reference_costs
 from .kpolicy import KPolicy, KRows, check_k
 from .requests import Completion, Request, RequestOutput, int64_seeds, int_list
 from .state import BatchState, Row
@@ -46,19 +47,23 @@ class SpeculativeDecoder:
             its draft step and the wider verify pass, possibly nothing; see
             :mod:`verispec.engine.kpolicy`). Draft lengths never change the output's
             distribution; they change which text an "exact"-method sampled run draws for a
-            seed, so "auto" decides them from the request's own history and a cost table fixed
-            before it starts: same seed, same text, in any batch and under any load.
+            seed, so "auto" decides a sampled "exact" row's draft lengths from the request's own
+            history and a cost table that involves no timing (see ``costs``): same seed, same
+            text, in any batch, in any process, under any load.
         method: default method of a request: ``"exact"`` (rejection sampling) or ``"gumbel"``
             (drafter-invariant).
         max_k: upper bound for the adaptive policies.
-        costs: the pass and draft-step costs the ``"auto"`` policy weighs; default: measured on
-            this machine at the first ``start`` (a few target passes and draft steps), then fixed
-            (and cached with the model and drafter), so live load never changes a request's
-            draft lengths.
+        costs: the pass and draft-step costs the ``"auto"`` policy weighs. Default: greedy and
+            Gumbel rows (whose text does not depend on draft lengths) read a table measured on
+            this machine at the first ``start`` (:func:`~verispec.engine.costs.measure_pass_costs`,
+            kept in the costs file), sampled "exact" rows the timing-free reference table
+            (:func:`~verispec.engine.costs.reference_costs`). A :class:`PassCosts`, or the path
+            of a JSON file holding one (:func:`~verispec.engine.costs.load_costs`), pins the
+            table every row reads.
     """
 
     def __init__(self, target: CausalLM | str, drafter: Drafter | None = None, *, k: KPolicy = 4,
-                 method: str = "exact", max_k: int = 12, costs: PassCosts | None = None) -> None:
+                 method: str = "exact", max_k: int = 12, costs: PassCosts | str | os.PathLike | None = None) -> None:
         self.target = target if isinstance(target, CausalLM) else load_causal_lm(target)
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -75,14 +80,30 @@ class SpeculativeDecoder:
         self.reads_features = bool(drafter is not None and drafter.reads_target_features)
         self._epoch = 0
         self._ids = itertools.count()
+        if isinstance(costs, (str, os.PathLike)):
+            costs = load_costs(costs, "costs")
+        elif costs is not None and not isinstance(costs, PassCosts):
+            raise TypeError(f"costs must be a PassCosts, the path of a costs file or None, got {type(costs).__name__}")
+        self.pinned_costs = costs is not None
         self._costs = costs
+        self._tables: CostTables | None = None
 
     @property
     def costs(self) -> PassCosts:
-        """The costs the K policy weighs (measured on first use, see ``costs`` above)."""
+        """The table greedy and Gumbel rows weigh: pinned, or measured on first use (see ``costs``
+        above)."""
         if self._costs is None:
             self._costs = measure_pass_costs(self.target, self.drafter, self.max_k + 1)
         return self._costs
+
+    @property
+    def cost_tables(self) -> CostTables:
+        """Both tables the K policy reads: :attr:`costs`, and the one sampled "exact" rows read
+        (the pinned table, else the timing-free :func:`~verispec.engine.costs.reference_costs`)."""
+        if self._tables is None:
+            fixed = self._costs if self.pinned_costs else reference_costs(self.target, self.drafter, self.max_k + 2)
+            self._tables = CostTables(self.costs, fixed)
+        return self._tables
 
     # -- the step API ---------------------------------------------------------------------------
 
@@ -92,7 +113,7 @@ class SpeculativeDecoder:
         self._epoch += 1
         device = self.target.model.device
         # The drafter runs a dummy request to time its step: before any row of the batch exists.
-        costs = self.costs if self.drafter is not None else PassCosts()
+        costs = self.cost_tables if self.drafter is not None else CostTables.of(PassCosts())
         state = BatchState([], KVRunner(self.target.model, 0), torch.zeros(0, dtype=torch.int64, device=device),
                            torch.zeros(0, dtype=torch.int64, device=device), RowParams.of([]),
                            torch.zeros(0, dtype=torch.bool), KRows(self.max_k), costs, GenerationStats(),
@@ -320,9 +341,12 @@ class SpeculativeDecoder:
         state.rows += rows
         state.last = torch.cat([state.last, torch.zeros(len(rows), dtype=torch.int64, device=device)])  # first_tokens sets it
         state.seeds = torch.cat([state.seeds, torch.tensor(seeds, dtype=torch.int64, device=device)])
-        state.params = state.params.cat(RowParams.of([r.sampling for r in requests]))
-        state.gumbel = torch.cat([state.gumbel, torch.tensor([r.method == "gumbel" for r in rows])])
-        state.policy.add([r.k if r.k is not None else self.k for r in requests])
+        params = RowParams.of([r.sampling for r in requests])
+        gumbel = torch.tensor([r.method == "gumbel" for r in rows])
+        state.params = state.params.cat(params)
+        state.gumbel = torch.cat([state.gumbel, gumbel])
+        # sampled "exact" rows (text depends on draft lengths) read the timing-free cost table
+        state.policy.add([r.k if r.k is not None else self.k for r in requests], fixed=~params.greedy.cpu() & ~gumbel)
 
     def target_step_seconds(self, context: Sequence[int], repeats: int = 3) -> float:
         """Median seconds of one-token target forwards after ``context`` (for speedup estimates)."""

@@ -14,9 +14,13 @@
 
 Exactness: whether token i is drafted depends only on the tokens before it (never on token i
 itself, nor on any draw of the current pass), so each drafted token is an unconditioned draw
-from its q and the rule's proof holds. The costs are a table measured before the request
-(:mod:`verispec.engine.costs`), never live timings: sampled "exact" text depends on draft
-lengths, and it must not depend on the machine's load.
+from its q and the rule's proof holds.
+
+Reproducibility: the costs are tables fixed before the request (:mod:`verispec.engine.costs`),
+never live timings, and each row reads one of two (:class:`~verispec.engine.costs.CostTables`):
+a row flagged ``fixed`` (a sampled "exact" row, whose text depends on its draft lengths) reads
+the timing-free table, the others (greedy, Gumbel: text independent of draft lengths) the
+measured one. The choice is a ``[B]`` mask applied with ``torch.where``, no per-row loop.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Callable
 
 import torch
 
-from .costs import PassCosts
+from .costs import CostTables, PassCosts
 
 __all__ = ["KPolicy", "KRows", "check_k", "BUCKETS", "PROBE_EVERY"]
 
@@ -65,6 +69,7 @@ class KRows:
         self.k = torch.zeros(0, dtype=torch.int64)  # [B] fixed / heuristic K
         self.heuristic = torch.zeros(0, dtype=torch.bool)  # [B]
         self.auto = torch.zeros(0, dtype=torch.bool)  # [B]
+        self.fixed = torch.zeros(0, dtype=torch.bool)  # [B] rows that read the timing-free cost table
         self.any_auto = False  # some row is "auto" (kept with ``auto``)
         self.tried = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] tested tokens
         self.passed = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] accepted ones
@@ -73,8 +78,12 @@ class KRows:
         prior[0] = _FIRST_PRIOR
         self.prior = prior  # [buckets]
 
-    def add(self, policies: list[KPolicy]) -> None:
+    def add(self, policies: list[KPolicy], fixed: torch.Tensor | list[bool] | None = None) -> None:
+        """Rows with these ``policies`` join; ``fixed [n]`` bool: which read the timing-free cost
+        table (default: none)."""
         n = len(policies)
+        fixed = torch.zeros(n, dtype=torch.bool) if fixed is None else torch.as_tensor(fixed, dtype=torch.bool)
+        self.fixed = torch.cat([self.fixed, fixed.cpu().reshape(n)])
         start = [p if isinstance(p, int) else min(4, self.max_k) for p in policies]
         self.k = torch.cat([self.k, torch.tensor(start, dtype=torch.int64)])
         self.heuristic = torch.cat([self.heuristic, torch.tensor([p == "heuristic" for p in policies])])
@@ -85,7 +94,7 @@ class KRows:
         self.idle = torch.cat([self.idle, torch.zeros(n, dtype=torch.int64)])
 
     def keep(self, rows: torch.Tensor) -> None:
-        for name in ("k", "heuristic", "auto", "tried", "passed", "idle"):
+        for name in ("k", "heuristic", "auto", "fixed", "tried", "passed", "idle"):
             setattr(self, name, getattr(self, name)[rows])
         self.any_auto = bool(self.auto.any())
 
@@ -96,9 +105,21 @@ class KRows:
         s = _PRIOR_STRENGTH
         return (self.passed[rows, buckets] + s * self.prior[buckets]) / (self.tried[rows, buckets] + s)
 
+    def costs(self, costs: PassCosts | CostTables, max_w: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's cost table: verify costs ``[B, max_w + 1]`` (entry w: a pass of width w)
+        and the draft step ``[B]``, from the fixed table for ``fixed`` rows and the measured one
+        for the others."""
+        t = CostTables.of(costs)
+        B = len(self.k)
+        if t.fixed is t.measured:
+            return t.measured.table(max_w).expand(B, -1), torch.full((B,), t.measured.draft_step, dtype=torch.float64)
+        v = torch.where(self.fixed[:, None], t.fixed.table(max_w), t.measured.table(max_w))
+        c = torch.where(self.fixed, t.fixed.draft_step, t.measured.draft_step).to(torch.float64)
+        return v, c
+
     # -- before drafting ----------------------------------------------------------------------
 
-    def ask(self, room: torch.Tensor, costs: PassCosts, scoring: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def ask(self, room: torch.Tensor, costs: PassCosts | CostTables, scoring: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """``(k, k_cap)`` per row: the model tokens to draft at most, and the scored (lookup)
         tokens a drafter may offer; auto rows whose first token cannot pay draft no model token."""
         k = torch.where(self.auto, torch.where(self._first_pays(costs), self.max_k, 0), self.k) if self.any_auto \
@@ -106,17 +127,16 @@ class KRows:
         cap = torch.where(self.auto, self.max_k, self.k) if scoring else k
         return torch.minimum(k, room), torch.minimum(torch.maximum(cap, k), room)
 
-    def _first_pays(self, costs: PassCosts) -> torch.Tensor:
+    def _first_pays(self, costs: PassCosts | CostTables) -> torch.Tensor:
         """``[B]`` bool: a first draft token is expected to raise tokens per second (or a probe is due)."""
         a1 = self.predict(torch.zeros(len(self.k), dtype=torch.int64))
-        v1, v2 = costs.verify_cost(1), costs.verify_cost(2)
-        return ((1 + a1) * v1 > v2 + costs.draft_step) | (self.idle >= PROBE_EVERY)
+        v, c = self.costs(costs, 2)
+        return ((1 + a1) * v[:, 1] > v[:, 2] + c) | (self.idle >= PROBE_EVERY)
 
-    def more(self, costs: PassCosts) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    def more(self, costs: PassCosts | CostTables) -> Callable[[int, torch.Tensor], torch.Tensor]:
         """The drafter's question after drafting token ``i`` (0-based) with confidence ``conf [B]``:
         which rows should draft token ``i + 1``. Non-auto rows always go on (to their own K)."""
-        v = costs.table(self.max_k + 2)  # [max_k + 3] seconds per verify width
-        c = costs.draft_step
+        v, c = self.costs(costs, self.max_k + 2)  # [B, max_k + 3] seconds per verify width, [B]
         B = len(self.k)
         P = self.predict(torch.zeros(B, dtype=torch.int64))  # P(token 0 accepted)
         E = 1 + P  # expected tokens of the pass with token 0 verified
@@ -125,8 +145,8 @@ class KRows:
         def more(i: int, conf: torch.Tensor) -> torch.Tensor:
             j = i + 1  # tokens drafted so far
             P_next = state["P"] * self.predict(buckets_of(conf.detach().double().cpu()))
-            cost = v[min(j + 1, len(v) - 1)] + j * c
-            cost_next = v[min(j + 2, len(v) - 1)] + (j + 1) * c
+            cost = v[:, min(j + 1, v.shape[1] - 1)] + j * c
+            cost_next = v[:, min(j + 2, v.shape[1] - 1)] + (j + 1) * c
             go = (state["E"] + P_next) * cost > state["E"] * cost_next  # the rate rises
             state["P"], state["E"] = P_next, state["E"] + P_next
             return go | ~self.auto
@@ -166,7 +186,7 @@ class KRows:
         self.passed.scatter_add_(1, buckets, accepted.double())
         return evidence
 
-    def cut(self, n_draft: torch.Tensor, accept_prob: torch.Tensor, costs: PassCosts
+    def cut(self, n_draft: torch.Tensor, accept_prob: torch.Tensor, costs: PassCosts | CostTables
             ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per auto row, the draft length <= ``n_draft`` that maximises expected tokens per second
         of verifying, for drafters that score their tokens from the past only (prompt lookup).
@@ -185,6 +205,6 @@ class KRows:
         rows = self.auto & ~(torch.isnan(accept_prob) & drafted).any(1) & (n_draft > 0)  # [B]
         a = torch.where(drafted, accept_prob, 0.0).nan_to_num(0.0).clamp(0.0, 1.0)  # [B, K]
         expected = torch.cat([torch.ones(B, 1, dtype=a.dtype), 1 + a.cumprod(1).cumsum(1)], 1)  # [B, K+1]
-        cost = costs.table(K + 1)[1:].to(a.dtype)  # [K+1] widths 1..K+1
+        cost = self.costs(costs, K + 1)[0][:, 1:].to(a.dtype)  # [B, K+1] widths 1..K+1
         rate = (expected / cost).masked_fill(torch.arange(K + 1)[None] > n_draft[:, None], -math.inf)
         return torch.where(rows, rate.argmax(1), n_draft), rows

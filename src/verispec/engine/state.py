@@ -9,7 +9,7 @@ import torch
 
 from ..runner import KVRunner
 from ..sampling import RowParams
-from .costs import PassCosts
+from .costs import CostTables
 from .kpolicy import KRows
 from .requests import Request, RequestOutput
 from .stats import GenerationStats
@@ -49,7 +49,8 @@ class BatchState:
         params: each row's sampling transform.
         gumbel: ``[B]`` bool rows verified (and drafted) by the Gumbel rule.
         policy: each row's draft-length policy state.
-        costs: the pass and draft-step costs the K policy weighs (measured once per decoder).
+        costs: the pass and draft-step cost tables the K policy weighs (fixed per decoder; each
+            row reads one, see :class:`~verispec.engine.costs.CostTables`).
         stats: what this batch did so far.
         epoch: the decoder's batch this state belongs to (a newer ``start`` retires it).
         pending: outputs not yet returned: the first token of each row admitted since the last
@@ -63,7 +64,7 @@ class BatchState:
     params: RowParams
     gumbel: torch.Tensor
     policy: KRows
-    costs: PassCosts
+    costs: CostTables
     stats: GenerationStats
     epoch: int
     pending: list[RequestOutput] = field(default_factory=list)

@@ -9,6 +9,9 @@ distributions q_1..q_K:
   token x ~ p_{n+1}. Each emitted token has exactly the target's distribution.
   ``draft_probs=None`` means point-mass drafts (prompt lookup, greedy drafters): q_i = one-hot(d_i),
   so d_i is accepted with probability p_i(d_i) and the residual is p_i with d_i removed.
+  Rows are read as the distributions p / sum(p) and q / sum(q), in the accept test and the residual
+  alike, as every inverse-CDF draw reads them (rows of float32/16 sum to 1 only within rounding,
+  up to :data:`SUM_TOLERANCE`): the emitted law is exactly p / sum(p) at every slot.
 * ``method="gumbel"`` (Daliri, Musco, Suresh 2024): with shared noise G(seed, position, token) the
   target's token is t_i = argmax(log p_i + G); accept while d_i == t_i, then emit t at the first
   mismatch (or the bonus slot). The output is exactly target-only Gumbel sampling with that seed,
@@ -125,8 +128,12 @@ def verify(
         validate: check every value the rules read: shapes, ids, p and q at the drafted tokens,
             and every row of p up to each row's emitting slot (of q, before it) for NaN, inf,
             negative entries and a sum of 1; rows past the emitting slot cannot change the output
-            and are not read. Turn off only for inputs that come straight from
-            :func:`verispec.logits_to_probs`.
+            and are not read. Rows within the tolerance (:data:`SUM_TOLERANCE`; 1e-2 for
+            float16/bfloat16) are accepted and read as ``p / sum(p)``: the accept test and the
+            residual both use the normalised values (the accept test takes the two row sums
+            only at slots where u q(d) and p(d) are within a factor 1 + 3 * tolerance, where
+            normalising can change the outcome). Turn off only for inputs that come straight
+            from :func:`verispec.logits_to_probs` (whose rows are within the tolerance).
         draws: where the random draws come from; the default is the counter-based generator
             keyed by (seed, position, stream). Certification passes its own (see
             :mod:`verispec.certify`).
@@ -272,10 +279,12 @@ def _verify_exact(
     K = K1 - 1
     rows = torch.arange(B, device=p.device)
 
-    # Accept d_i with probability min(1, p_i(d_i) / q_i(d_i)), i.e. u * q < p with u in (0, 1).
+    # Accept d_i with probability min(1, p'_i(d_i) / q'_i(d_i)), i.e. u * q' < p' with u in (0, 1),
+    # where p' = p / sum(p) and q' = q / sum(q): the rows as the inverse-CDF draws read them.
     p_d = p[:, :K].gather(-1, d[..., None]).squeeze(-1).double()  # [B, K]
     q_d = torch.ones_like(p_d) if q is None else q.gather(-1, d[..., None]).squeeze(-1).double()
     u = draws.uniform(seeds[:, None], _slot_positions(positions, K), STREAM_ACCEPT)  # [B, K] float64
+    p_d, q_d = _normalised_at(p, q, p_d, q_d, u, drafted)  # [B, K] each: p'(d), q'(d) where it matters
     passes = drafted & _accepts(u, p_d, q_d)
     num_accepted = passes.to(torch.int64).cumprod(-1).sum(-1)  # [B] first rejection (or n)
 
@@ -296,6 +305,42 @@ def _slot_positions(positions: torch.Tensor, K: int) -> torch.Tensor:
     return positions[:, None] + torch.arange(K, device=positions.device)
 
 
+def _normalised_at(
+    p: torch.Tensor,  # [B, K+1, V]
+    q: torch.Tensor | None,  # [B, K, V] or None (point masses: q' = q)
+    p_d: torch.Tensor,  # [B, K] float64 p_i(d_i) as stored
+    q_d: torch.Tensor,  # [B, K] float64 q_i(d_i) as stored
+    u: torch.Tensor,  # [B, K] accept uniforms
+    drafted: torch.Tensor,  # [B, K]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(p', q')`` at the drafted tokens, ``p' = p / sum(p)`` and ``q' = q / sum(q)``, wherever the
+    accept test ``u q' < p'`` could differ from ``u q < p``; the stored values elsewhere.
+
+    Every row read sums to 1 within ``t = SUM_TOLERANCE[dtype]`` (validated, or promised by
+    ``validate=False``), so sum(p) / sum(q) lies in [(1 - t) / (1 + t), (1 + t) / (1 - t)] and the
+    two tests agree unless u q and p are within a factor 1 + 3t of each other. Only those slots
+    (about 3t of them) have their two row sums taken: no pass over ``[B, K, V]``.
+    """
+    tol = SUM_TOLERANCE.get(p.dtype, _LOW_PRECISION_SUM_TOLERANCE)
+    uq = u * q_d
+    near = drafted & ((uq - p_d).abs() <= 3 * tol * (uq + p_d))  # [B, K]
+    if not bool(near.any()):
+        return p_d, q_d
+    b, i = near.nonzero(as_tuple=True)  # [m] each
+    p_d, q_d = p_d.clone(), q_d.clone()
+    p_d[b, i] = p_d[b, i] / _sums(p[b, i])  # p'(d) = p(d) / sum(p)
+    if q is not None:
+        q_d[b, i] = q_d[b, i] / _sums(q[b, i])  # q'(d) = q(d) / sum(q)
+    return p_d, q_d
+
+
+def _sums(rows: torch.Tensor) -> torch.Tensor:
+    """``[m]`` float64 row totals of ``rows [m, V]``; a total of 0 reads as 1 (such a row has no
+    token to draw, and validation or the draw rejects it)."""
+    s = rows.sum(-1, dtype=torch.float64)
+    return torch.where(s > 0, s, 1.0)
+
+
 def _accepts(u: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor) -> torch.Tensor:
     """``[B, K]`` bool: u < p(d) / q(d), written without the division (q(d) > 0 for a sampled d)."""
     return u * q_d < p_d
@@ -309,10 +354,9 @@ def _residual(
     j: torch.Tensor,  # [b] the slot each row emits at
     rejected: torch.Tensor,  # [b] rejection at slot j (else: bonus)
 ) -> torch.Tensor:
-    """``[b, V]`` float64: max(0, p_j - q_j) on rejection, p_j for the bonus; p_j where the
-    residual has no mass. Float64 even for float32/16 inputs: the difference of two float32 values
-    is exact in float64, so no mass is lost to rounding in p - q. Unnormalised: the draw scales by
-    the row's total."""
+    """``[b, V]`` float64: max(0, p'_j - q'_j) on rejection (p' = p / sum(p), q' = q / sum(q)), p_j
+    for the bonus; p_j where the residual has no mass. Float64 even for float32/16 inputs. The
+    result is unnormalised: the draw scales by the row's total."""
     K = d.shape[1]
     residual = _rows_at(p, rows, j, torch.float64)  # [b, V] p_j, a fresh copy to work in
     if q is None:  # q_j = one-hot(d_j): max(0, p - q) is p without d_j (p(d_j) - 1 <= 0)
@@ -322,9 +366,11 @@ def _residual(
             residual[hit, d_j[hit]] = 0.0
         return _fallback(residual, p, rows, j)
     if K > 0:
-        q_j = _rows_at(q, rows, j.clamp(max=K - 1))  # [b, V] in q's dtype
-        q_j.index_fill_(0, (~rejected).nonzero().squeeze(1), 0)  # bonus rows: max(0, p - 0) = p
-        residual.sub_(q_j.to(torch.float64)).clamp_min_(0)  # max(0, p - q)
+        hit = rejected.nonzero().squeeze(1)  # [h] rows that draw from a residual; the others: bonus p_j
+        p_j = residual[hit]  # [h, V] float64
+        q_j = _rows_at(q, rows[hit], j[hit].clamp(max=K - 1), torch.float64)  # [h, V]
+        p_j.div_(_sums(p_j)[:, None]).sub_(q_j.div_(_sums(q_j)[:, None])).clamp_min_(0)  # max(0, p' - q')
+        residual[hit] = p_j
     return _fallback(residual, p, rows, j)
 
 
@@ -519,7 +565,7 @@ def _as_index_vector(
         return torch.full((B,), default, dtype=torch.int64, device=device)
     if not isinstance(x, torch.Tensor):
         try:
-            x = torch.as_tensor(x)
+            x = torch.as_tensor(x, device=device)
         except (OverflowError, RuntimeError, TypeError, ValueError) as e:
             raise ValueError(f"{name} must be int64 values (in [-2**63, 2**63)), got {x!r:.80}: {e}") from None
     if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
@@ -578,7 +624,7 @@ def _check_rows_read(p: torch.Tensor, q: torch.Tensor | None, j: torch.Tensor, n
     read = torch.arange(K1, device=p.device) <= j[:, None]  # [B, K+1]
     _check_distributions("target_probs", p, read, tol, one_hot=greedy[:, None].expand(B, K1))
     if q is not None and K1 > 1:
-        _check_distributions("draft_probs", q, read[:, :-1] & (torch.arange(K1 - 1) < num_draft[:, None]), tol)
+        _check_distributions("draft_probs", q, read[:, :-1] & (torch.arange(K1 - 1, device=p.device) < num_draft[:, None]), tol)
 
 
 def _check_distributions(name: str, x: torch.Tensor, read: torch.Tensor, tol: float,

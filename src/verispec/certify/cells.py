@@ -334,6 +334,7 @@ def _exact_rows(s: Setup, contexts: list[Context], br: _Branches):
     """
     K, V = s.k, s.vocab
     p, q, d = _ref_rows(s, contexts, br)
+    p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)  # rows are read as p / sum(p)
     n = torch.tensor([len(t) for t in br.tokens])
     Bb = len(br.ctx)
     slots = torch.arange(K)

@@ -150,7 +150,8 @@ def reference_verify(
     """Plain float64 loop version of :func:`verispec.verify`; returns the emitted tokens per row.
 
     Uses the same counter-based draws (seed, absolute position, stream), so for float64 inputs
-    it emits exactly the tokens the vectorised verifier emits.
+    it emits exactly the tokens the vectorised verifier emits. Rows are read as distributions
+    ``p / sum(p)`` and ``q / sum(q)`` (accept test and residual alike), as the verifier reads them.
     """
     out: list[list[int]] = []
     for b in range(target_probs.shape[0]):
@@ -171,6 +172,7 @@ def reference_verify(
                 break
             d = int(draft_tokens[b, i])
             q = _one_hot(d, p.numel()) if draft_probs is None else draft_probs[b, i].double()
+            p, q = p / math.fsum(p.tolist()), q / math.fsum(q.tolist())  # rows are read as p / sum(p)
             u = float(uniform(seed, pos, STREAM_ACCEPT))
             if u < accept_probability(float(p[d]), float(q[d])):
                 emitted.append(d)

@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .serve import run_serve
+    from .serve.server import run_serve
 
     return run_serve(args)
 

@@ -23,5 +23,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                                                               "name or directory name)")
     p.add_argument("--drain-timeout", type=float, default=30.0,
                    help="seconds in-flight requests may run after SIGTERM/SIGINT before they are cancelled")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                   help="dtype of the target's (and a draft model's) weights")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

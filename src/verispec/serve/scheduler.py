@@ -152,6 +152,11 @@ class Scheduler:
                     self._stop = True
                     break
                 cancels, self._cancels = self._cancels, set()
+                gone = [j for j in self._waiting if j.id in cancels]
+                if gone:  # cancelled while still queued: never admitted
+                    self._waiting = deque(j for j in self._waiting if j.id not in cancels)
+                    cancels -= {j.id for j in gone}
+                    self.metrics.aborted.inc(len(gone))
                 expired = self._deadline is not None and time.perf_counter() >= self._deadline
                 if self._stop or expired:
                     leftover = list(self._waiting) + list(self._jobs.values())
@@ -161,11 +166,7 @@ class Scheduler:
                 free = self.max_batch - len(self._jobs)
                 admit = []
                 while free > 0 and self._waiting:
-                    job = self._waiting.popleft()
-                    if job.id in cancels:
-                        cancels.discard(job.id)
-                        continue
-                    admit.append(job)
+                    admit.append(self._waiting.popleft())
                     free -= 1
                 self.metrics.waiting.set(len(self._waiting))
             for job in leftover:
@@ -174,6 +175,7 @@ class Scheduler:
                 self._drop(jid)
             if admit:
                 self._admit(admit)
+            self.metrics.running.set(len(self._jobs))
             if self._jobs:
                 self._step()
         self.metrics.running.set(0)

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 
+import torch
 import uvicorn
 
 from ..drafters import make_drafter
@@ -42,14 +43,16 @@ def _parse_k(value: str) -> int | str:
 
 
 def build(target: str, draft: str = "default", k: str | int = "auto", *, max_batch: int = 16, max_queue: int = 64,
-          verify_budget: int = 64, served_model_name: str | None = None) -> tuple[object, Scheduler]:
+          verify_budget: int = 64, served_model_name: str | None = None, dtype: str = "float32"
+          ) -> tuple[object, Scheduler]:
     """The app and its (started, ready) scheduler for these models."""
     for name, v, lo in (("--max-batch", max_batch, 1), ("--max-queue", max_queue, 0),
                         ("--verify-budget", verify_budget, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    lm = load_causal_lm(target)
-    drafter = make_drafter(draft, target=target)
+    torch_dtype = {"float32": torch.float32, "float64": torch.float64}[dtype]
+    lm = load_causal_lm(target, dtype=torch_dtype)
+    drafter = make_drafter(draft, target=target, dtype=torch_dtype)
     capped = CappedDrafter(drafter) if drafter is not None else None
     decoder = SpeculativeDecoder(lm, capped, k=_parse_k(str(k)))
     metrics = Metrics()
@@ -93,15 +96,14 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.threads:
-        import torch
-
         torch.set_num_threads(args.threads)
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.drain_timeout < 0:
         raise ValueError(f"--drain-timeout must be >= 0, got {args.drain_timeout}")
     app, sched = build(args.target, args.draft, args.k, max_batch=args.max_batch, max_queue=args.max_queue,
-                       verify_budget=args.verify_budget, served_model_name=args.served_model_name)
+                       verify_budget=args.verify_budget, served_model_name=args.served_model_name,
+                       dtype=args.dtype)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                             lifespan="off", timeout_graceful_shutdown=10)
     server = DrainingServer(config, sched, args.drain_timeout)

@@ -3,6 +3,7 @@ pay, and deciding only from the past (the text of a seeded request does not depe
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -10,8 +11,7 @@ import torch
 
 from verispec.drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
 from verispec.engine import SpeculativeDecoder
-from verispec.engine import step as engine_step
-from verispec.engine.costs import PassCosts, measure_pass_costs
+from verispec.engine.costs import CostTables, PassCosts, measure_pass_costs
 from verispec.engine.kpolicy import BUCKETS, PROBE_EVERY, KRows, buckets_of
 from verispec.sampling import SamplingParams
 
@@ -102,26 +102,114 @@ def test_auto_drafts_nothing_where_drafts_cannot_pay_and_outputs_stay_exact(tiny
     assert sum(lengths[1:]) >= 1  # ... but it does probe
 
 
-def test_same_seed_same_text_whatever_the_clock_says(tiny_target, tiny_draft, monkeypatch):
-    """A seeded sampled "exact" request under auto: its text depends on its draft lengths, so
-    those may depend only on the request and a cost table fixed before it; two runs with very
-    different live timings (the engine's clock replaced) give the same text."""
-    sp = SamplingParams(temperature=0.9, seed=13)
-    texts = []
-    for speed in (1e-3, 1.0):
-        class Clock:
-            t, step = 0.0, speed
+def test_each_row_reads_its_own_cost_table():
+    """In one batch, rows flagged ``fixed`` (sampled "exact") read the fixed table and the others
+    the measured one: here drafting is free for the measured table and dear for the fixed one."""
+    k = KRows(8)
+    k.add(["auto"] * 4, fixed=[False, True, False, True])
+    room = torch.tensor([20] * 4)
+    tables = CostTables(measured=FLAT, fixed=DEAR)
+    k.tried[:, 0], k.passed[:, 0] = 50.0, 5.0  # first drafts rarely pass: only free drafts pay
+    assert k.ask(room, tables, scoring=False)[0].tolist() == [8, 0, 8, 0]
+    assert k.more(tables)(0, torch.full((4,), 0.5, dtype=torch.float64)).tolist() == [True, False, True, False]
+    n, cut = k.cut(torch.tensor([4] * 4), torch.full((4, 4), 0.3, dtype=torch.float64), tables)
+    assert n.tolist() == [4, 1, 4, 1] and cut.all()  # dear: the first copied token pays (1.3 / 1.1), no more
+    k.keep(torch.tensor([1, 2]))
+    assert k.fixed.tolist() == [True, False]
+    assert k.ask(room[:2], tables, scoring=False)[0].tolist() == [0, 8]
+    assert k.ask(room[:2], FLAT, scoring=False)[0].tolist() == [8, 8]  # one table: every row reads it
 
-            @classmethod
-            def perf_counter(cls):
-                cls.t += cls.step * (1 + int(cls.t * 1e6) % 5)
-                return cls.t
 
-        monkeypatch.setattr(engine_step, "time", Clock)
-        dec = SpeculativeDecoder(tiny_target, HybridDrafter(ModelDrafter(tiny_draft)), k="auto",
-                                 costs=PassCosts({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.5, 13: 2.0}, 0.05))
-        texts.append(dec.generate(["abc abc abc", "the cat sat"], 30, sp).token_ids)
-    assert texts[0] == texts[1]
+def test_sampled_exact_rows_read_the_reference_table_and_pinned_costs_serve_every_row(tiny_target, tiny_draft):
+    """By default a sampled "exact" row's draft lengths come from the timing-free reference
+    table, whatever the measured one says; greedy and Gumbel rows read the measured table. A
+    pinned table (an object or a file) serves every row."""
+    from verispec.engine.costs import CostTables, reference_costs
+
+    dec = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_draft), k="auto")
+    tables = dec.cost_tables
+    assert tables.fixed == reference_costs(tiny_target, dec.drafter, dec.max_k + 2) and tables.measured is dec.costs
+    sampled = dec.requests(["ab", "cd"], 4, SamplingParams(temperature=0.8, seed=1))
+    greedy, gumbel = dec.requests(["gh", "ij"], 4, SamplingParams(temperature=0.8, seed=2))
+    greedy.sampling, greedy.request_id = GREEDY, "g"
+    gumbel.method, gumbel.request_id = "gumbel", "u"
+    state = dec.start(sampled + [greedy])
+    dec.add(state, [gumbel])
+    assert state.policy.fixed.tolist() == [True, True, False, False]
+    pinned = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_draft), k="auto", costs=DEAR)
+    assert pinned.cost_tables == CostTables(DEAR, DEAR)
+
+
+def test_reference_costs_are_bytes_read_and_involve_no_timing(tiny_target, tiny_draft, monkeypatch):
+    """v(w) = 1 + 0.05 (w - 1); a draft step = draft bytes / target bytes + 0.02 (0 for prompt
+    lookup): computed with every clock broken."""
+    from verispec.engine import costs as costs_module
+
+    def no_clock():
+        raise AssertionError("the reference table read a clock")
+
+    monkeypatch.setattr(costs_module.time, "perf_counter", no_clock)
+    ref = costs_module.reference_costs(tiny_target, ModelDrafter(tiny_draft), 6)
+    assert ref.verify == {w: 1 + 0.05 * (w - 1) for w in range(1, 7)}
+    linear = sum(m.weight.numel() for m in tiny_draft.model.modules() if isinstance(m, torch.nn.Linear))
+    target = sum(m.weight.numel() for m in tiny_target.model.modules() if isinstance(m, torch.nn.Linear))
+    assert ref.draft_step == pytest.approx(linear / target + 0.02)
+    assert costs_module.reference_costs(tiny_target, PromptLookupDrafter(), 6).draft_step == 0.0
+    assert costs_module.reference_costs(tiny_target, HybridDrafter(ModelDrafter(tiny_draft)), 6) == ref
+
+
+def test_a_pinned_costs_file_is_read_and_a_malformed_one_named(tiny_target, tiny_draft, tmp_path):
+    from verispec.engine.costs import load_costs
+
+    good = tmp_path / "costs.json"
+    good.write_text(json.dumps(CPU.to_json()))
+    assert load_costs(good) == CPU
+    dec = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_draft), k="auto", costs=str(good))
+    assert dec.cost_tables.fixed == dec.cost_tables.measured == CPU
+    bad = tmp_path / "bad.json"
+    for text, why in [("not json", "not JSON"), ("[1]", "expected"), ('{"verify": {"x": 1}}', "not a width"),
+                      ('{"verify": {"1": -1}}', "finite cost > 0"),
+                      ('{"verify": {"1": 1}, "draft_step": "a"}', "draft_step")]:
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=f"--costs.*{why}"):
+            load_costs(bad, "--costs")
+    with pytest.raises(ValueError, match="costs: cannot read"):
+        SpeculativeDecoder(tiny_target, None, costs=str(tmp_path / "missing.json"))
+    with pytest.raises(TypeError, match="costs must be"):
+        SpeculativeDecoder(tiny_target, None, costs=3)
+
+
+def test_generate_names_a_malformed_costs_file(tmp_path, capsys):
+    """``verispec generate --costs FILE``: a bad file is a one-line error naming --costs (read
+    before any model loads)."""
+    from verispec.cli import main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"verify": {}}')
+    assert main(["generate", "hi", "--costs", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "--costs" in err and "expected" in err and '"verify"' in err, err
+
+
+def test_widths_timed_busy_are_never_kept_as_quiet(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    """The in-memory cache of timed widths remembers whether the machine was busy: a new key
+    (another drafter) on a quiet machine times the widths again instead of storing the busy
+    ones as quiet. (No clock is read: the timing function is replaced.)"""
+    from verispec.engine import costs as costs_module
+
+    monkeypatch.setenv("VERISPEC_COSTS", str(tmp_path / "costs.json"))
+    monkeypatch.setattr(costs_module, "_CACHE", {})
+    cores = costs_module.os.cpu_count() or 1
+    timings = iter([{1: 5.0, 2: 6.0}, {1: 1.0, 2: 1.1}])  # busy, then quiet
+    monkeypatch.setattr(costs_module, "_time_widths", lambda target, w: next(timings))
+    monkeypatch.setattr(costs_module, "_draft_ratio", lambda target, drafter, busy: (0.0, False))
+    monkeypatch.setattr(costs_module.os, "getloadavg", lambda: (cores + 2.0, 1.0, 1.0))
+    assert measure_pass_costs(tiny_target, None, 2).verify == {1: 5.0, 2: 6.0}
+    monkeypatch.setattr(costs_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    quiet = measure_pass_costs(tiny_target, PromptLookupDrafter(), 2)  # another key, same widths
+    assert quiet.verify == {1: 1.0, 2: 1.1}
+    entries = json.loads((tmp_path / "costs.json").read_text())
+    assert sorted((e["busy"], e["verify"]["1"]) for e in entries.values()) == [(False, 1.0), (True, 5.0)]
 
 
 def test_costs_are_measured_once_and_monotone(tiny_target, tiny_draft):

@@ -35,6 +35,7 @@ from verispec.testing import EOS_ID, save_tiny_llama
 CONTEXT = 4096
 MODEL = "target"
 STARTUP_S = 120.0
+TINY = ("--k", "3", "--dtype", "float64", "--threads", "1")
 
 
 def _free_port() -> int:
@@ -74,13 +75,13 @@ def model_dirs(tmp_path_factory):
 class Server:
     """A ``verispec serve`` subprocess; always killed by its fixture."""
 
-    def __init__(self, target: Path, draft: Path, log: Path, *extra: str) -> None:
+    def __init__(self, target: Path | str, draft: Path | str, log: Path, *extra: str) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log
         self._log = open(log, "w")
         cmd = [sys.executable, "-m", "verispec.cli", "serve", "--target", str(target), "--draft", str(draft),
-               "--k", "3", "--dtype", "float64", "--threads", "1", "--port", str(self.port), *extra]
+               "--port", str(self.port), *extra]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=os.environ.copy())
         deadline = time.monotonic() + STARTUP_S
         while True:
@@ -109,7 +110,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(model_dirs, tmp_path_factory):
     target, draft = model_dirs
-    srv = Server(target, draft, tmp_path_factory.mktemp("logs") / "server.log", "--max-batch", "8",
+    srv = Server(target, draft, tmp_path_factory.mktemp("logs") / "server.log", *TINY, "--max-batch", "8",
                  "--max-queue", "64", "--verify-budget", "8")
     try:
         yield srv
@@ -359,7 +360,7 @@ def test_disconnecting_clients_free_their_rows(server):
 @pytest.fixture()
 def small(model_dirs, tmp_path):
     target, draft = model_dirs
-    srv = Server(target, draft, tmp_path / "small.log", "--max-batch", "1", "--max-queue", "1",
+    srv = Server(target, draft, tmp_path / "small.log", *TINY, "--max-batch", "1", "--max-queue", "1",
                  "--drain-timeout", "3")
     try:
         yield srv
@@ -398,6 +399,21 @@ def test_full_queue_429_then_sigterm_drains_and_exits_0(small):
             assert rest[-1] == "data: [DONE]"
     assert small.proc.wait(60) == 0
     assert "draining" in small.log_path.read_text()
+
+
+def test_loadgen_reports_each_level(server, tmp_path):
+    from verispec.serve.loadgen import main as loadgen
+
+    out = tmp_path / "load.json"
+    assert loadgen(["--url", server.url, "--workload", "code,qa", "--limit", "1", "--concurrency", "1,2",
+                    "--max-tokens", "8", "--out", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert [(r["spec"], r["concurrency"]) for r in results] == [("on", 1), ("on", 2), ("off", 1), ("off", 2)]
+    for r in results:
+        assert r["requests"] == 2 and r["failed"] == 0 and r["output_tok_s"] > 0
+        assert r["ttft_p50_ms"] > 0 and r["itl_p50_ms"] > 0
+    assert all(r["mean_k"] > 0 for r in results if r["spec"] == "on")
+    assert all(r["mean_k"] == 0 and r["tau"] == 1 for r in results if r["spec"] == "off")
 
 
 def test_sigterm_exits_0(server):

@@ -51,19 +51,22 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-def _env(tmp: Path, costs: Path) -> dict:
+def _env(tmp: Path, costs: Path, real: bool = False) -> dict:
     env = dict(os.environ)
     env.update(PYTHONPATH=SRC, VERISPEC_COSTS=str(costs), VERISPEC_KERNELS=str(tmp / "kernels.json"),
-               VERISPEC_CACHE=str(tmp / "cache"), OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS="1")
+    if not real:  # the real model keeps the user's model cache (prepared once per machine)
+        env["VERISPEC_CACHE"] = str(tmp / "cache")
     env.pop("VERISPEC_KERNEL_CHOICE", None)
     return env
 
 
-def _start(tmp: Path, costs: Path, **args) -> subprocess.Popen:
-    script = tmp / "worker.py"
+def _start(tmp: Path, costs: Path, worker: str = WORKER, **args) -> subprocess.Popen:
+    script = tmp / f"worker-{abs(hash(worker))}.py"
     if not script.exists():
-        script.write_text(WORKER)
-    return subprocess.Popen([sys.executable, str(script), json.dumps(args)], env=_env(tmp, costs),
+        script.write_text(worker)
+    return subprocess.Popen([sys.executable, str(script), json.dumps(args)],
+                            env=_env(tmp, costs, real=worker is not WORKER),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -78,8 +81,8 @@ def _result(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _run(tmp: Path, costs: Path, **args) -> dict:
-    return _result(_start(tmp, costs, **args))
+def _run(tmp: Path, costs: Path, worker: str = WORKER, **args) -> dict:
+    return _result(_start(tmp, costs, worker, **args))
 
 
 def _rewrite(costs: Path, verify: dict, draft_step: float, busy: bool) -> None:
@@ -208,3 +211,34 @@ def test_two_processes_writing_the_costs_file_keep_each_others_entries(tmp_path)
     keys = set(json.loads(costs.read_text()))
     missing = {f"{name} {i}" for name in ("a", "b") for i in range(n)} - keys
     assert not missing, f"{len(missing)} entries lost, e.g. {sorted(missing)[:3]}"
+
+
+REAL_WORKER = textwrap.dedent('''
+    import json, sys
+    import torch
+    torch.set_num_threads(1)
+    from verispec.drafters import make_drafter
+    from verispec.engine import SpeculativeDecoder
+    from verispec.models import load_causal_lm
+    from verispec.sampling import SamplingParams
+
+    target = load_causal_lm("smollm2-135m")
+    drafter = make_drafter("default", target="smollm2-135m")  # eagle+ngram, default draft weights
+    dec = SpeculativeDecoder(target, drafter, k="auto")
+    out = dec.generate(["Write a short poem about the sea."], 48, SamplingParams(temperature=0.8, seed=5), chat=True)
+    print(json.dumps({"sampled": out.token_ids, "lengths": out.stats.draft_lengths,
+                      "weights": drafter.model.model.weights, "c": dec.costs.draft_step}))
+''')
+
+
+@pytest.mark.slow
+def test_smollm2_seeded_exact_text_is_the_same_whatever_the_costs_file_holds(tmp_path):
+    """The real default pair (SmolLM2-135M, eagle+ngram, k="auto"): one process measures the
+    costs afresh, a second reads a rewritten table where drafting is free; one text."""
+    costs = tmp_path / "pass-costs.json"
+    first = _run(tmp_path, costs, REAL_WORKER)
+    _rewrite(costs, FLAT, 1e-6, busy=False)
+    again = _run(tmp_path, costs, REAL_WORKER)
+    assert sum(first["lengths"][1:]) > 0
+    assert again["weights"] == first["weights"]
+    assert again["sampled"] == first["sampled"] and again["lengths"] == first["lengths"]

@@ -179,14 +179,17 @@ def test_a_pinned_costs_file_is_read_and_a_malformed_one_named(tiny_target, tiny
         SpeculativeDecoder(tiny_target, None, costs=3)
 
 
-def test_generate_names_a_malformed_costs_file(tmp_path, capsys):
-    """``verispec generate --costs FILE``: a bad file is a one-line error naming --costs (read
-    before any model loads)."""
+def test_generate_and_bench_name_a_malformed_costs_file(tmp_path, capsys):
+    """``verispec generate --costs FILE`` and ``verispec bench --costs FILE``: a bad file is a
+    one-line error naming --costs (read before any model loads)."""
     from verispec.cli import main
 
     bad = tmp_path / "bad.json"
     bad.write_text('{"verify": {}}')
     assert main(["generate", "hi", "--costs", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "--costs" in err and "expected" in err and '"verify"' in err, err
+    assert main(["bench", "--costs", str(bad)]) == 2  # bench reads it before loading anything
     err = capsys.readouterr().err
     assert "--costs" in err and "expected" in err and '"verify"' in err, err
 

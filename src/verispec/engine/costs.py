@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -201,7 +202,11 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     ``drafter`` (its median ratio to a one-token pass, times v(1)): read from the costs file
     (:func:`costs_file`) when it holds this model, drafter and machine, else measured and written
     there, so every process on a machine uses one table. A table timed while the machine was busy
-    (:func:`_busy`) is marked so and timed again by the first process that finds the machine quiet."""
+    (:func:`_busy`) is marked so and timed again by the first process that finds the machine quiet;
+    widths or a draft step timed busy are never kept as quiet (the in-memory caches remember it).
+    Reading, timing and writing happen under the costs file's lock (:func:`_locked`), so two
+    processes started together time a key once and never drop each other's entries. Only rows
+    whose text does not depend on draft lengths read this table (:class:`CostTables`)."""
     disk_key = " | ".join([target.name, getattr(drafter, "name", "none"), machine_key(),
                            f"kernels {kernel_choice()} {_kernels_digest(target, drafter)}", f"widths {max_width}",
                            _METHOD])
@@ -274,7 +279,7 @@ def _write_costs(key: str, entry: dict) -> None:
         write_json(costs_file(), {**_read_costs(), key: entry})
 
 
-_HELD: dict[str, int] = {}  # lock path -> depth held by this process (flock is per open file)
+_HELD = threading.local()  # .paths: lock path -> depth held by this thread (flock is per open file)
 
 
 @contextlib.contextmanager
@@ -283,12 +288,13 @@ def _locked() -> Iterator[None]:
     Where the lock file cannot be made (a read-only cache), nothing is locked: nothing is written
     either."""
     path = str(costs_file()) + ".lock"
-    if _HELD.get(path):
-        _HELD[path] += 1
+    held = _HELD.__dict__.setdefault("paths", {})
+    if held.get(path):
+        held[path] += 1
         try:
             yield
         finally:
-            _HELD[path] -= 1
+            held[path] -= 1
         return
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -298,11 +304,11 @@ def _locked() -> Iterator[None]:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        _HELD[path] = 1
+        held[path] = 1
         try:
             yield
         finally:
-            _HELD.pop(path, None)
+            held.pop(path, None)
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

@@ -135,3 +135,12 @@ def test_parse_request_refuses_before_the_engine(tiny_target):
         with pytest.raises(APIError) as e:
             parse_request(body, **kw)
         assert e.value.param == param and e.value.status == 400
+
+
+@pytest.mark.parametrize("args, message", [(["--k", "fast"], "--k"), (["--k", "0"], "--k"),
+                                           (["--max-batch", "0"], "--max-batch"), (["--port", "70000"], "--port")])
+def test_serve_command_refuses_bad_options(args, message, capsys):
+    from verispec.cli import main
+
+    assert main(["serve", "--target", "/nonexistent/model", *args]) == 2
+    assert message in capsys.readouterr().err

@@ -50,11 +50,14 @@ def build(target: str, draft: str = "default", k: str | int = "auto", *, max_bat
                         ("--verify-budget", verify_budget, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    k = _parse_k(str(k))  # before loading anything
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
     torch_dtype = {"float32": torch.float32, "float64": torch.float64}[dtype]
     lm = load_causal_lm(target, dtype=torch_dtype)
     drafter = make_drafter(draft, target=target, dtype=torch_dtype)
     capped = CappedDrafter(drafter) if drafter is not None else None
-    decoder = SpeculativeDecoder(lm, capped, k=_parse_k(str(k)))
+    decoder = SpeculativeDecoder(lm, capped, k=k)
     metrics = Metrics()
     sched = Scheduler(decoder, max_batch=max_batch, max_queue=max_queue, verify_budget=verify_budget,
                       metrics=metrics)

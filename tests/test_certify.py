@@ -40,7 +40,10 @@ from verispec.certify import (
     target_distribution,
     total_variation,
 )
-from verispec.certify.cells import POS0, _one_pass
+from verispec import rng
+from verispec.certify import large
+from verispec.certify.cells import POS0, CellDraws as _CellDraws, _one_pass
+from verispec.certify.large import LARGE_V
 from verispec.certify.grid import EXACT_ONLY
 from verispec.certify.symbolic import _one_iteration
 from verispec.rng import STREAM_ACCEPT, STREAM_EMIT
@@ -200,10 +203,14 @@ def test_one_pass_of_the_shipped_code_has_the_rules_law(case):
 def test_grid_covers_every_mode_edge_and_size():
     assert {(c.method, c.edge) for c in FULL} == {(m, e) for m in ("exact", "gumbel") for e in EDGES} - {
         ("gumbel", e) for e in EXACT_ONLY}
-    assert {c.vocab for c in FULL} == {2, 3, 4, 5} and {c.k for c in FULL} == {1, 2, 3, 4}
-    assert max(c.n_tokens for c in FULL) == 5 and min(c.n_tokens for c in FULL) >= 2
+    small = [c for c in FULL if c.edge != "large_v"]
+    assert {c.vocab for c in small} == {2, 3, 4, 5} and {c.k for c in small} == {1, 2, 3, 4}
+    assert max(c.n_tokens for c in small) == 5 and min(c.n_tokens for c in small) >= 2
+    assert {c.vocab for c in FULL if c.edge == "large_v"} == {LARGE_V} and LARGE_V >= 8 * rng._CHUNK
+    assert LARGE_V % rng._CHUNK and LARGE_V % rng.GUMBEL_BLOCK  # partial last chunk and block
     quick = default_grid(quick=True)
-    assert {(c.method, c.edge) for c in quick} == {(c.method, c.edge) for c in FULL}
+    assert {(c.method, c.edge, c.dtype) for c in quick} == {(c.method, c.edge, c.dtype) for c in FULL}
+    assert {c.dtype for c in quick} == {"float64", "float32", "bfloat16"}
 
 
 @pytest.mark.parametrize("case", SMALL, ids=_id)
@@ -230,6 +237,93 @@ def test_other_seeds_and_a_prompt_are_exact_too():
             got, probes = shipped_distribution(s, 3, prompt=(1, 2))
             want = target_distribution(s.p_ref, 3, prompt=(1, 2))
             assert total_variation(got, want) <= TV_TOLERANCE and probes == 0
+
+
+def test_greedy_setups_take_the_law_of_verify_argmax(monkeypatch):
+    """Temperature 0: the law is that of verify_argmax (what the engine runs for greedy chains) on
+    the engine's argmax of the logits, and verify() must agree with it on every row."""
+    calls = []
+    real = V_MOD.verify_argmax
+    monkeypatch.setattr(V_MOD, "verify_argmax", lambda *a: calls.append(1) or real(*a))
+    for method in ("exact", "gumbel"):
+        assert run_case(CertCase(method, "greedy_ties", 3, 2, 3)).passed
+    assert len(calls) >= 2
+
+
+def test_gumbel_cells_run_the_shipped_search(monkeypatch):
+    """CellDraws drive rng.gumbel_argmax itself (block maxima, pruning) on the cells' noise, not a
+    replacement: a search that returns the runner-up fails the certificate."""
+    real = rng.gumbel_argmax
+
+    def runner_up(probs, seeds, positions, noise=None):
+        noise = rng.GumbelUniforms(seeds, positions) if noise is None else noise
+        u = noise.rows(torch.arange(probs.shape[0]), probs.shape[-1])
+        score = (torch.log(u) / probs.double()).masked_fill(probs <= 0, -math.inf)
+        second = score.topk(min(2, probs.shape[-1]), -1).indices[:, -1]
+        return torch.where(torch.isfinite(score.gather(1, second[:, None]).squeeze(1)), second,
+                           real(probs, seeds, positions, noise))
+
+    monkeypatch.setattr(rng, "gumbel_argmax", runner_up)
+    res = run_case(CertCase("gumbel", "random", 3, 2, 3))
+    assert not res.passed and res.tv > 1e-3
+
+
+def test_gumbel_cell_noise_stays_in_the_real_noise_range():
+    """The noise chosen inside each Gumbel cell keeps G >= -3.6 for tokens with mass (the real
+    uniforms are >= 2**-53): below it exp(-exp(-G)) underflows to 0 and the search, which works
+    with u, loses the token. Regression: a float32 case hit G = -7.98 and the low probe flipped."""
+    seen = []
+    real = _CellDraws.gumbel_argmax
+
+    def spy(self, probs, seeds, positions):
+        G = self.gumbel(seeds, positions, probs.shape[-1])
+        seen.append(float(torch.where(probs > 0, G, math.inf).min()))
+        return real(self, probs, seeds, positions)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_CellDraws, "gumbel_argmax", spy)
+        res = run_case(CertCase("gumbel", "random", 3, 2, 5, dtype="float32"))
+    assert res.passed, res
+    assert min(seen) >= -3.6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inverse_cdf_boundaries_at_large_v_catch_a_wrong_two_level_search(dtype):
+    """The pathwise check of the two-level inverse CDF (V = 2,085) passes on the shipped code and
+    fails on one that loses the last partial chunk or steps one chunk late."""
+    s = large.large_setup("exact", LARGE_V, 1, 0, dtype)
+    p, residual = large._rows(s, [()])
+    assert large.inverse_cdf_boundary_mismatches(p) == 0
+    assert large.inverse_cdf_boundary_mismatches(residual) == 0
+    real = rng.inverse_cdf
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rng, "inverse_cdf", lambda probs, u: real(probs[..., :2048], u))
+        assert large.inverse_cdf_boundary_mismatches(p) > 0
+
+        def late(probs, u):  # the token one past the right one whenever u lies in the upper half of its cell
+            x = real(probs, u)
+            return torch.where(real(probs, (u + 1e-13).clamp(max=1 - 2**-53)) != x, x, (x + 1).clamp(max=probs.shape[-1] - 1))
+        mp.setattr(rng, "inverse_cdf", late)
+        assert large.inverse_cdf_boundary_mismatches(p) > 0
+
+
+def test_gumbel_ties_at_large_v_catch_a_search_that_prunes_too_much():
+    """The pathwise Gumbel check (shipped search vs whole vector, near ties across blocks) passes on
+    the shipped code and fails when the search stops at the block with the best bound."""
+    from verispec.certify.mutants import MUTANTS as _M
+
+    s = large.large_setup("gumbel", LARGE_V, 1, 0, torch.float32)
+    p, _ = large._rows(s, [(), (2, 3)])
+    assert large.gumbel_tie_mismatches(p) == 0
+    with next(m for m in _M if m.name == "gumbel_first_block_only").injected():
+        assert large.gumbel_tie_mismatches(p) > 0
+
+
+@pytest.mark.parametrize("method", ["exact", "gumbel"])
+def test_large_vocabulary_case_is_exact(method):
+    res = run_case(CertCase(method, "large_v", LARGE_V, 1, 1))
+    assert res.passed, res
+    assert res.tv <= TV_TOLERANCE and res.probe_mismatches == 0 and res.pathwise_mismatches == 0
 
 
 # ----------------------------------------------------------------------------------------------

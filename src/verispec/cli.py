@@ -233,18 +233,20 @@ def _certify_table(console: Console, results: list, quick: bool) -> int:
 
     table = Table(title=f"verispec certify{' --quick' if quick else ''}: law of the shipped verify() vs the "
                         f"target's law (pass: TV <= {TV_TOLERANCE:g}, no probe or pathwise mismatch)")
-    for col in ("mode", "edge case", "V", "K", "N", "cases", "max TV", "probes", "pathwise", "result"):
-        table.add_column(col, justify="right" if col not in ("mode", "edge case") else "left")
-    groups: dict[tuple[str, str], list] = {}
+    for col in ("mode", "edge case", "dtype", "V", "K", "N", "cases", "max TV", "probes", "pathwise", "result"):
+        table.add_column(col, justify="right" if col not in ("mode", "edge case", "dtype") else "left")
+    groups: dict[tuple[str, str, str], list] = {}
     for r in results:
-        groups.setdefault((r.case.method, r.case.edge), []).append(r)
+        dtype = "f32+f64" if r.case.edge == "large_v" else r.case.dtype.replace("float", "f")
+        groups.setdefault((r.case.method, r.case.edge, dtype), []).append(r)
     failed = 0
-    for (method, edge), rs in groups.items():
+    for (method, edge, dtype), rs in groups.items():
         ok = all(r.passed for r in rs)
         failed += sum(not r.passed for r in rs)
-        pathwise = "-" if method != "gumbel" else f"{sum(r.pathwise_mismatches or 0 for r in rs)} bad"
+        checked = [r.pathwise_mismatches for r in rs if r.pathwise_mismatches is not None]
+        pathwise = f"{sum(checked)} bad" if checked else "-"
         table.add_row(
-            method, edge,
+            method, edge, dtype,
             _span(r.case.vocab for r in rs), _span(r.case.k for r in rs), _span(r.case.n_tokens for r in rs),
             str(len(rs)), f"{max(r.tv for r in rs):.1e}", f"{sum(r.probe_mismatches for r in rs)} bad", pathwise,
             "[green]pass[/]" if ok else "[red]FAIL[/]",

@@ -33,6 +33,7 @@ __all__ = [
     "gumbel_uniforms",
     "gumbel_argmax",
     "gumbel_argmax_reference",
+    "GumbelUniforms",
     "GUMBEL_BLOCK",
     "random_seeds",
     "Draws",
@@ -158,18 +159,53 @@ def gumbel_argmax_reference(probs: torch.Tensor, seeds: torch.Tensor, positions:
     return (torch.log(probs.double()) + gumbel_noise(seeds, positions, probs.shape[-1])).argmax(-1)
 
 
+class GumbelUniforms:
+    """The uniforms behind the Gumbel noise, as :func:`gumbel_argmax` reads them: block maxima first,
+    then whole blocks, or whole rows. This class draws them from the counter-based generator
+    (:func:`gumbel_uniforms`); certification (:mod:`verispec.certify`) passes one that reads chosen
+    values instead, so that the shipped search runs on noise picked inside each outcome's cell.
+    """
+
+    def __init__(self, seeds: torch.Tensor, positions: torch.Tensor) -> None:
+        self.seeds, self.positions = seeds, positions
+        self.key = _key(seeds, positions, STREAM_GUMBEL)  # [n]
+
+    def block_max(self, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(M [n, C], index [n, C])``: each row's maximum uniform in each of ``blocks [C]`` and its
+        index in the block."""
+        return _block_max(self.key[:, None], blocks)
+
+    def block(self, rows: torch.Tensor, blocks: torch.Tensor, top: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """``[m, L]`` the uniforms of block ``blocks[i]`` of row ``rows[i]``, given that block's maximum
+        ``top [m, 1]`` and its index ``at [m, 1]``."""
+        idx = blocks[:, None] * GUMBEL_BLOCK + torch.arange(GUMBEL_BLOCK, device=blocks.device)  # [m, L]
+        return torch.where(idx % GUMBEL_BLOCK == at, top, _to_unit(_mix(self.key[rows][:, None] ^ idx)) * top)
+
+    def rows(self, rows: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """``[r, V]`` every uniform of rows ``rows``."""
+        return gumbel_uniforms(self.seeds[rows], self.positions[rows], vocab_size)
+
+
 def _argmax_whole(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """argmax(log(u) / p) over whole rows, a few rows at a time so that the temporaries stay in cache."""
-    n, V = probs.shape
-    out = torch.empty(n, dtype=torch.int64, device=probs.device)
+    """argmax(log(u) / p) over whole rows, with the counter-based uniforms."""
+    return _argmax_rows(probs, GumbelUniforms(seeds, positions), torch.arange(probs.shape[0], device=probs.device))
+
+
+def _argmax_rows(probs: torch.Tensor, noise: GumbelUniforms, rows: torch.Tensor) -> torch.Tensor:
+    """argmax(log(u) / p) over whole rows ``rows`` of ``probs``, a few rows at a time so that the
+    temporaries stay in cache."""
+    V = probs.shape[-1]
+    out = torch.empty(rows.numel(), dtype=torch.int64, device=probs.device)
     step = max(1, (1 << 18) // V)
-    for i in range(0, n, step):
-        u = gumbel_uniforms(seeds[i : i + step], positions[i : i + step], V)  # [b, V]
-        out[i : i + step] = u.log_().div_(probs[i : i + step].double()).argmax(-1)
+    for i in range(0, rows.numel(), step):
+        r = rows[i : i + step]
+        u = noise.rows(r, V)  # [b, V]
+        out[i : i + step] = u.log_().div_(probs[r].double()).argmax(-1)
     return out
 
 
-def gumbel_argmax(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def gumbel_argmax(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                  noise: GumbelUniforms | None = None) -> torch.Tensor:
     """``[n]`` the Gumbel-max choice argmax(log p + G(seed, position)) for rows ``probs [n, V]``,
     drawing the noise only for the blocks of tokens that can win.
 
@@ -178,32 +214,33 @@ def gumbel_argmax(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Ten
     block with the best such bound, only blocks whose bound reaches S are drawn: on SmolLM2's own
     next-token distributions a few blocks of 32 out of 1,536 (BENCHMARKS.md). Rows where more than a
     quarter of the blocks remain (flat p) draw the whole vector. Equal to
-    :func:`gumbel_argmax_reference` (tests compare them).
+    :func:`gumbel_argmax_reference` (tests compare them). ``noise``: where the uniforms come from
+    (default: the counter-based ones of ``seeds`` and ``positions``).
     """
     n, V = probs.shape
-    key = _key(seeds, positions, STREAM_GUMBEL)  # [n]
+    noise = GumbelUniforms(seeds, positions) if noise is None else noise
     C = -(-V // GUMBEL_BLOCK)
     full = V // GUMBEL_BLOCK * GUMBEL_BLOCK
     pmax = probs[:, :full].reshape(n, -1, GUMBEL_BLOCK).amax(-1)  # [n, V // L]
     if full < V:
         pmax = torch.cat([pmax, probs[:, full:].amax(-1, keepdim=True)], 1)  # [n, C]
     blocks = torch.arange(C, device=probs.device)
-    top, at = _block_max(key[:, None], blocks)  # [n, C]
+    top, at = noise.block_max(blocks)  # [n, C]
     bound = torch.log(top) / pmax.double()  # [n, C]; -inf for blocks without mass
     first = bound.argmax(-1)  # [n]
     rows = torch.arange(n, device=probs.device)
-    best, token = _block_best(probs, key, top, at, rows, first)  # [n], [n]
+    best, token = _block_best(probs, noise, top, at, rows, first)  # [n], [n]
     more = bound >= best[:, None]
     more[rows, first] = False
     # Rows where many blocks may still win (flat p) draw the whole vector: cheaper than gathering.
     flat = more.sum(-1) > C // 4
     if bool(flat.any()):
         f = flat.nonzero().squeeze(1)
-        token[f] = _argmax_whole(probs[f], seeds[f], positions[f])
+        token[f] = _argmax_rows(probs, noise, f)
         more[f] = False
     if bool(more.any()):
         r, b = more.nonzero(as_tuple=True)
-        score, tok = _block_best(probs, key, top, at, r, b)
+        score, tok = _block_best(probs, noise, top, at, r, b)
         # per row, the best among its extra blocks (ties: the lowest token id, as argmax)
         top_score = torch.full((n,), -math.inf, dtype=torch.float64, device=probs.device)
         top_score.scatter_reduce_(0, r, score, "amax")
@@ -215,7 +252,7 @@ def gumbel_argmax(probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Ten
     return token
 
 
-def _block_best(probs: torch.Tensor, key: torch.Tensor, top: torch.Tensor, at: torch.Tensor, rows: torch.Tensor,
+def _block_best(probs: torch.Tensor, noise: GumbelUniforms, top: torch.Tensor, at: torch.Tensor, rows: torch.Tensor,
                 blocks: torch.Tensor):
     """Exact best score log(u)/p and its token within block ``blocks[i]`` of row ``rows[i]``, given the
     blocks' maxima ``top`` and their indices ``at`` (``[n, C]``)."""
@@ -224,8 +261,7 @@ def _block_best(probs: torch.Tensor, key: torch.Tensor, top: torch.Tensor, at: t
     valid = idx < V
     idx = idx.clamp(max=V - 1)
     p = probs[rows[:, None], idx].double()  # [m, L]
-    top, at = top[rows, blocks][:, None], at[rows, blocks][:, None]  # [m, 1]
-    u = torch.where(idx % GUMBEL_BLOCK == at, top, _to_unit(_mix(key[rows][:, None] ^ idx)) * top)  # [m, L]
+    u = noise.block(rows, blocks, top[rows, blocks][:, None], at[rows, blocks][:, None])  # [m, L]
     score = (torch.log(u) / p).masked_fill_(~valid | (p <= 0), -math.inf)
     best = score.argmax(-1)  # the first maximum: the lowest id on ties
     return score.gather(1, best[:, None]).squeeze(1), idx.gather(1, best[:, None]).squeeze(1)

@@ -29,9 +29,10 @@ import torch
 
 import importlib
 
-from .. import sampling
+from .. import rng, sampling
 from ..drafters import sampling as drafters
-from ..rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, Draws
+from ..engine import step as engine_step
+from ..rng import GUMBEL_BLOCK, STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, Draws, GumbelUniforms
 from .reference import gumbel_max_laws, reference_probs, residual_distribution
 from .tables import Context, PointFn, TableFn
 
@@ -71,8 +72,30 @@ class CellDraws(Draws):
         return self.noise[rows, slots]  # [..., V], a fresh tensor (callers add to it in place)
 
     def gumbel_argmax(self, probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """argmax(log p + G) over this table's whole noise vector (the plain Gumbel-max choice)."""
-        return (torch.log(probs.double()) + self.gumbel(seeds, positions, probs.shape[-1])).argmax(-1)
+        """The shipped Gumbel-max search (:func:`verispec.rng.gumbel_argmax`, block maxima, pruning,
+        the whole-row fallback) run on this table's noise: its uniforms u = exp(-exp(-G))."""
+        u = torch.exp(-torch.exp(-self.gumbel(seeds, positions, probs.shape[-1])))  # [n, V]
+        return rng.gumbel_argmax(probs, seeds, positions, noise=TableUniforms(u))
+
+
+class TableUniforms(GumbelUniforms):
+    """Gumbel uniforms read from a table ``u [n, V]`` instead of the counter-based generator, in the
+    blocks the shipped search reads (ids past V, in the last block, get 0: never chosen)."""
+
+    def __init__(self, u: torch.Tensor) -> None:
+        n, V = u.shape
+        C = -(-V // GUMBEL_BLOCK)
+        self.u = torch.cat([u, u.new_zeros(n, C * GUMBEL_BLOCK - V)], 1)  # [n, C * L]
+
+    def block_max(self, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.u.view(self.u.shape[0], -1, GUMBEL_BLOCK)[:, blocks].max(-1)  # [n, C] each
+
+    def block(self, rows: torch.Tensor, blocks: torch.Tensor, top: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        idx = blocks[:, None] * GUMBEL_BLOCK + torch.arange(GUMBEL_BLOCK)  # [m, L]
+        return self.u[rows[:, None], idx]
+
+    def rows(self, rows: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        return self.u[rows, :vocab_size]
 
 
 @dataclass(frozen=True)
@@ -89,6 +112,9 @@ class Setup:
         point_mass: the drafter proposes tokens, not distributions (q = one-hot).
         eos: end-of-sequence token or ``None``.
         ragged: each context drafts its own number of tokens in [0, K] (rows of one call differ).
+        dtype: the dtype of the logits, hence of p and q as the engine computes them (float32:
+            the engine's own). The target's law is then that of the rows the shipped transform
+            gives in this dtype, p / sum(p), which target-only sampling draws from.
     """
 
     target: TableFn
@@ -100,22 +126,30 @@ class Setup:
     point_mass: bool = False
     eos: int | None = None
     ragged: bool = False
+    dtype: torch.dtype = torch.float64
 
     def p_ref(self, ctx: Context) -> tuple[float, ...]:
-        """The target's law at ``ctx`` after the transform, by the float64 reference."""
-        return _ref(self.target(ctx), self.params)
+        """The target's law at ``ctx`` after the transform: by the float64 reference, or for other
+        dtypes the shipped transform's row in that dtype, normalised (its law under sampling)."""
+        return _ref(self.target(ctx), self.params, self.dtype)
 
     def q_ref(self, ctx: Context) -> tuple[float, ...]:
-        return _ref(self.draft(ctx), self.params)  # type: ignore[arg-type]
+        return _ref(self.draft(ctx), self.params, self.dtype)  # type: ignore[arg-type]
 
     def n_draft(self, ctx: Context) -> int:
         return random.Random(f"ragged {ctx}").randrange(self.k + 1) if self.ragged else self.k
 
 
 @functools.lru_cache(maxsize=1_000_000)
-def _ref(row: tuple[float, ...], params: sampling.SamplingParams | None) -> tuple[float, ...]:
+def _ref(row: tuple[float, ...], params: sampling.SamplingParams | None,
+         dtype: torch.dtype = torch.float64) -> tuple[float, ...]:
     if params is None:
         return tuple(row)
+    if dtype != torch.float64:
+        logits = torch.log(torch.tensor([row], dtype=torch.float64)).to(dtype)
+        p = sampling.logits_to_probs(logits, params)[0].double().tolist()
+        total = math.fsum(p)
+        return tuple(x / total for x in p)
     return reference_probs(row, params.temperature, params.top_k, params.top_p, params.min_p)
 
 
@@ -171,15 +205,17 @@ def _one_pass(s: Setup, contexts: list[Context]) -> tuple[list[dict[Context, flo
     # Target p at slots 0..n (the shipped transform); the unused slots get a junk distribution
     # that the verifier must ignore.
     p_rows = [[full[b][: len(contexts[br.ctx[b]]) + i] for i in range(int(n[b]) + 1)] for b in range(len(full))]
-    p = _shipped_probs(s, [c for rows in p_rows for c in rows])  # [sum(n + 1), V]
-    P = torch.full((len(full), K + 1, V), 1.0 / V, dtype=torch.float64)
+    p, top = _shipped_probs(s, [c for rows in p_rows for c in rows])  # [sum(n + 1), V], [sum(n + 1)]
+    P = torch.full((len(full), K + 1, V), 1.0 / V, dtype=s.dtype)
+    T = torch.zeros(len(full), K + 1, dtype=torch.int64)  # the engine's argmax of the logits per slot
     at = 0
     for b, rows in enumerate(p_rows):
         P[b, : len(rows)] = p[at : at + len(rows)]
+        T[b, : len(rows)] = top[at : at + len(rows)]
         at += len(rows)
     Q = None
     if s.method == "exact" and not s.point_mass and not (s.params is not None and s.params.greedy):
-        Q = torch.full((len(full), K, V), 1.0 / V, dtype=torch.float64)
+        Q = torch.full((len(full), K, V), 1.0 / V, dtype=s.dtype)
         for b, qs in enumerate(br.q):
             for i, q in enumerate(qs):
                 Q[b, i] = q
@@ -189,37 +225,55 @@ def _one_pass(s: Setup, contexts: list[Context]) -> tuple[list[dict[Context, flo
 
     branch, weight, tables = (_gumbel_rows if s.method == "gumbel" else _exact_rows)(s, contexts, br)
     br_weight = torch.tensor(br.weight, dtype=torch.float64)
-    outs = []
-    for probe, (uniforms, noise) in zip(PROBES, tables):
-        draws = CellDraws(uniforms, noise)
-        R = branch.numel()
-        greedy = (s.params is not None and s.params.greedy) if probe == "mid" else None
-        out = verify_module.verify(
-            P[branch], None if Q is None else Q[branch], D[branch], num_draft=n[branch],
-            seeds=torch.arange(R), positions=torch.full((R,), POS0), method=s.method,
-            greedy=greedy, validate=probe == "lo", draws=draws)
-        outs.append(out.tokens)
+    R = branch.numel()
+    greedy_params = s.params is not None and s.params.greedy
+    outs = [torch.empty(R, K + 1, dtype=torch.int64) for _ in PROBES]
+    argmax_out = torch.empty(R, K + 1, dtype=torch.int64)
+    step = max(1, _ROW_BUDGET // ((K + 2) * V))  # rows per call: large V is verified in slices
+    for lo in range(0, R, step):
+        sl = slice(lo, min(R, lo + step))
+        b, r = branch[sl], sl.stop - sl.start
+        for k, probe in enumerate(PROBES):
+            uniforms, noise = tables(k, sl)
+            out = verify_module.verify(
+                P[b], None if Q is None else Q[b], D[b], num_draft=n[b],
+                seeds=torch.arange(r), positions=torch.full((r,), POS0), method=s.method,
+                greedy=greedy_params if probe == "mid" else None, validate=probe == "lo",
+                draws=CellDraws(uniforms, noise))
+            outs[k][sl] = out.tokens
+        if greedy_params:  # what the engine runs for greedy chains: the rule from the argmax alone
+            argmax_out[sl] = verify_module.verify_argmax(T[b], D[b], n[b]).tokens
     # Rows of probability below PROBE_FLOOR are not probed: their cells can be narrower than the
     # rounding of p - q (near-equal p and q), so a probe near a cell end may fall across it.
     probed = br_weight[branch] * weight >= PROBE_FLOOR
-    mismatches = int((probed & ((outs[0] != outs[1]).any(1) | (outs[0] != outs[2]).any(1))).sum())
+    differs = (outs[0] != outs[1]).any(1) | (outs[0] != outs[2]).any(1)
+    law_of = outs[0]
+    if greedy_params:  # the law is verify_argmax's; verify() must agree with it on every row
+        differs |= (argmax_out != outs[0]).any(1)
+        law_of = argmax_out
+    mismatches = int((probed & differs).sum())
     laws: list[dict[Context, float]] = [{} for _ in contexts]
-    for b, w, toks in zip(branch.tolist(), weight.tolist(), outs[0].tolist()):
+    for b, w, toks in zip(branch.tolist(), weight.tolist(), law_of.tolist()):
         block = tuple(t for t in toks if t >= 0)
         law = laws[br.ctx[b]]
         law[block] = law.get(block, 0.0) + br.weight[b] * w
     return laws, mismatches
 
 
-def _shipped_probs(s: Setup, ctxs: list[Context]) -> torch.Tensor:
+_ROW_BUDGET = 1 << 22  # elements of p per verify call: large vocabularies run in slices of rows
+
+
+def _shipped_probs(s: Setup, ctxs: list[Context]) -> tuple[torch.Tensor, torch.Tensor]:
     """``[len(ctxs), V]`` the target's p at each context as the engine computes it: the shipped
-    :func:`verispec.logits_to_probs` of ``log(table row)`` (raw rows when ``params`` is None)."""
+    :func:`verispec.logits_to_probs` of the logits ``log(table row)`` in ``s.dtype`` (raw rows when
+    ``params`` is None), and ``[len(ctxs)]`` the engine's argmax of those logits (its greedy path)."""
     unique = list(dict.fromkeys(ctxs))  # prefixes repeat across branches: transform each once
     rows = torch.tensor([s.target(c) for c in unique], dtype=torch.float64).reshape(len(unique), s.vocab)
-    if s.params is not None:
-        rows = sampling.logits_to_probs(torch.log(rows), s.params)
-    index = {c: i for i, c in enumerate(unique)}
-    return rows[torch.tensor([index[c] for c in ctxs], dtype=torch.int64)]
+    logits = torch.log(rows).to(s.dtype)
+    top = engine_step._argmax_tokens(logits[:, None], s.vocab)[:, 0]
+    rows = sampling.logits_to_probs(logits, s.params) if s.params is not None else rows.to(s.dtype)
+    index = torch.tensor([{c: i for i, c in enumerate(unique)}[c] for c in ctxs], dtype=torch.int64)
+    return rows[index], top[index]
 
 
 def _draft_branches(s: Setup, contexts: list[Context]) -> _Branches:
@@ -246,7 +300,7 @@ def _draft_branches(s: Setup, contexts: list[Context]) -> _Branches:
             for b, c in zip(grow, ctxs):
                 q = s.q_ref(c)
                 total = math.fsum(q)
-                qt = torch.tensor(q, dtype=torch.float64)
+                qt = torch.tensor(q, dtype=torch.float64).to(s.dtype)
                 new += [(b, x, qx / total, qt) for x, qx in enumerate(q) if qx > 0]
         growing = set(grow)
         keep = [b for b in range(len(br.ctx)) if b not in growing]
@@ -271,7 +325,7 @@ def _sampled_drafts(s: Setup, grow: list[int], ctxs: list[Context], slot: int) -
     draft uniform: ``(branch, token, cell probability, reported q)`` per cell. Greedy drafts are one
     cell (q is a point mass; the engine passes none)."""
     assert s.params is not None
-    logits = torch.log(torch.tensor([s.draft(c) for c in ctxs], dtype=torch.float64))  # [m, V]
+    logits = torch.log(torch.tensor([s.draft(c) for c in ctxs], dtype=torch.float64)).to(s.dtype)  # [m, V]
     if s.params.greedy:
         d, _ = drafters.sample_draft(logits, s.params, "exact", torch.arange(len(ctxs)),
                                      torch.full((len(ctxs),), POS0 + slot))
@@ -363,16 +417,21 @@ def _exact_rows(s: Setup, contexts: list[Context], br: _Branches):
     width = emit[branch, j, x]
     cdf_lo = cdf_hi - width
     a_r = a[branch]  # [R, K]
-    tables = []
-    sl = torch.arange(K)[None]
-    for point in (0.5, DELTA, 1 - DELTA):  # mid, low and high probe; draws the rule must ignore get the
-        acc = torch.full((R, K + 2), point, dtype=torch.float64)  # same point, far apart between probes
-        accept_pt = a_r * point  # inside [0, a)
-        reject_pt = a_r + (1 - a_r) * point  # inside [a, 1)
-        acc[:, :K] = torch.where(sl < j[:, None], accept_pt, torch.where(sl == j[:, None], reject_pt, point))
-        em = torch.full((R, K + 2), point, dtype=torch.float64)
-        em[torch.arange(R), j] = cdf_lo + point * width
-        tables.append(({STREAM_ACCEPT: acc, STREAM_EMIT: em}, None))
+    slots = torch.arange(K)[None]
+
+    def tables(probe: int, rows: slice):
+        """Draw tables of rows ``rows`` for probe mid, low or high; draws the rule must ignore get the
+        same point, far apart between probes."""
+        point = (0.5, DELTA, 1 - DELTA)[probe]
+        a_s, j_s, m = a_r[rows], j[rows], rows.stop - rows.start
+        acc = torch.full((m, K + 2), point, dtype=torch.float64)
+        accept_pt = a_s * point  # inside [0, a)
+        reject_pt = a_s + (1 - a_s) * point  # inside [a, 1)
+        acc[:, :K] = torch.where(slots < j_s[:, None], accept_pt, torch.where(slots == j_s[:, None], reject_pt, point))
+        em = torch.full((m, K + 2), point, dtype=torch.float64)
+        em[torch.arange(m), j_s] = cdf_lo[rows] + point * width[rows]
+        return {STREAM_ACCEPT: acc, STREAM_EMIT: em}, None
+
     return branch, weight, tables
 
 
@@ -381,8 +440,9 @@ def _gumbel_rows(s: Setup, contexts: list[Context], br: _Branches):
 
     The target's token at slot i is t_i = argmax(log p_i + G_i); its law is the Gumbel-max law of
     p_i (numerical integration, :func:`gumbel_max_laws`). Pattern j: t_i = d_i for i < j, then
-    t_j != d_j (j < n) or any t_j (the bonus slot j = n). The noise realising t at a slot is
-    ``G = -log p`` plus a lead for t (:data:`_MARGIN` per probe); the other slots get random noise.
+    t_j != d_j (j < n) or any t_j (the bonus slot j = n). The noise realising t at a slot is random
+    Gumbel noise with t's raised to lead the best other token by :data:`_MARGIN` (per probe); the
+    other slots get random noise. The shipped search (:func:`verispec.rng.gumbel_argmax`) runs on it.
     """
     K, V = s.k, s.vocab
     p, _, d = _ref_rows(s, contexts, br)
@@ -400,19 +460,32 @@ def _gumbel_rows(s: Setup, contexts: list[Context], br: _Branches):
                 prefix *= g[b][j][int(d[b, j])]
     branch_t, j_t, t_t = torch.tensor(branch), torch.tensor(pat), torch.tensor(tok)
     R = len(branch)
-    logp = torch.log(p[branch_t])  # [R, K+1, V]
-    base = torch.where(torch.isfinite(logp), -logp, 0.0)
+    logp = torch.log(p)  # [Bb, K+1, V]; -inf where p = 0
     # target token per slot: d_i before j, t at j
     want = torch.cat([d[branch_t], torch.zeros(R, 1, dtype=torch.int64)], 1)  # [R, K+1]
     want[torch.arange(R), j_t] = t_t
     used = torch.arange(K + 1)[None] <= j_t[:, None]  # [R, K+1]
-    tables = []
-    gen = torch.Generator().manual_seed(1234)
-    for probe in PROBES:
-        noise = -torch.log(-torch.log(torch.rand(R, K + 2, V, generator=gen, dtype=torch.float64)))
-        lead = torch.zeros(R, K + 1, V, dtype=torch.float64).scatter_(-1, want[..., None], _MARGIN[probe])
-        noise[:, : K + 1] = torch.where(used[..., None], base + lead, noise[:, : K + 1])
-        uniforms = {STREAM_ACCEPT: torch.full((R, K + 2), 0.5, dtype=torch.float64)}
+
+    def tables(probe: int, rows: slice):
+        """Noise of rows ``rows`` for a probe: random Gumbel noise, except that at every used slot the
+        wanted token's noise is raised to beat the best other token's log p + G by the probe's margin
+        (a point inside the cell "this token wins", near its boundary for the low probe)."""
+        m = rows.stop - rows.start
+        gen = torch.Generator().manual_seed(1234 + 7919 * probe + rows.start)
+        noise = -torch.log(-torch.log(torch.rand(m, K + 2, V, generator=gen, dtype=torch.float64).clamp_min(1e-300)))
+        lp, w = logp[branch_t[rows]], want[rows, :, None]  # [m, K+1, V], [m, K+1, 1]
+        others = (lp + noise[:, : K + 1]).scatter_(-1, w, -math.inf).amax(-1, keepdim=True)  # [m, K+1, 1]
+        g_w = torch.where(torch.isfinite(others), others - lp.gather(-1, w) + _MARGIN[PROBES[probe]],
+                          noise[:, : K + 1].gather(-1, w))
+        lead = noise[:, : K + 1].scatter(-1, w, g_w)
+        # One shift per slot (the argmax of log p + G does not move) keeps every G of a token with mass
+        # at least -3, inside the range of the real noise (u >= 2**-53: G >= -3.6): far below it
+        # u = exp(-exp(-G)) underflows to 0 in the search, which works with u.
+        low = torch.where(torch.isfinite(lp), lead, math.inf).amin(-1, keepdim=True)  # [m, K+1, 1]
+        lead = lead + (-3.0 - low).clamp(0.0, 40.0)
+        noise[:, : K + 1] = torch.where(used[rows, :, None], lead, noise[:, : K + 1])
+        uniforms = {STREAM_ACCEPT: torch.full((m, K + 2), 0.5, dtype=torch.float64)}
         uniforms[STREAM_EMIT] = uniforms[STREAM_ACCEPT]
-        tables.append((uniforms, noise))
+        return uniforms, noise
+
     return branch_t, torch.tensor(weight, dtype=torch.float64), tables

@@ -21,19 +21,24 @@ import importlib
 
 from ..rng import gumbel_noise
 from ..sampling import SamplingParams
+from . import large
 from .cells import CertificationError, Setup, shipped_distribution
 from .reference import gumbel_choice, total_variation
 from .tables import Context, TableModel, target_distribution
 
 verify_module = importlib.import_module("verispec.verify")  # the module (the package exports the function)
 
-__all__ = ["TV_TOLERANCE", "EDGES", "EXACT_ONLY", "CertCase", "CertResult", "setup_for", "run_case", "default_grid",
+__all__ = ["TV_TOLERANCE", "EDGES", "EXACT_ONLY", "FLOAT32_EDGES", "BFLOAT16_EDGES", "CertCase", "CertResult", "setup_for", "run_case", "default_grid",
            "certify_grid"]
 
 #: Largest total variation between the emitted law and the target's law that counts as exact.
 TV_TOLERANCE = 1e-12
 EDGES = ("random", "p==q", "disjoint", "onehot_q", "onehot_p", "near_equal", "eos", "padded", "mixed", "ragged",
-         "below", "greedy_ties", "top_p", "top_k")
+         "below", "greedy_ties", "top_p", "top_k", "large_v")
+#: Float32 (the engine's dtype for p and q) runs these edges too; "large_v" runs both dtypes in one case.
+FLOAT32_EDGES = ("random", "p==q", "onehot_q", "near_equal", "mixed", "ragged", "greedy_ties", "top_p", "top_k")
+#: And bfloat16 these: rows that sum to 1 only within ~1e-3, which verify() must read as p / sum(p).
+BFLOAT16_EDGES = ("random", "ragged", "top_k")
 #: Edges that only the exact rule has: gumbel drafts are tokens, and its p is always transformed.
 EXACT_ONLY = ("onehot_q", "below")
 
@@ -48,6 +53,7 @@ class CertCase:
     k: int
     n_tokens: int
     seed: int = 0
+    dtype: str = "float64"  # of the logits, hence of p and q ("float32": the engine's)
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ def setup_for(case: CertCase) -> Setup:
     V, s, e = case.vocab, case.seed, case.edge
     target = TableModel(V, s, "random", sharpness=2.0)
     draft = TableModel(V, s + 1, "random", sharpness=2.0)
-    kw: dict = dict(params=SamplingParams(temperature=1.0))
+    kw: dict = dict(params=SamplingParams(temperature=1.0), dtype=getattr(torch, case.dtype))
     if e == "p==q":
         draft = TableModel(V, s, "copy", base=target)
     elif e == "disjoint":
@@ -101,6 +107,8 @@ def setup_for(case: CertCase) -> Setup:
         kw["params"] = SamplingParams(temperature=0.9, top_p=0.7)
     elif e == "top_k":
         kw["params"] = SamplingParams(temperature=1.3, top_k=2)
+    elif e == "large_v":
+        return large.large_setup(case.method, V, case.k, s, kw["dtype"])
     elif e != "random":
         raise ValueError(f"unknown edge case {e!r}; one of {EDGES}")
     return Setup(target, draft, V, case.k, method=case.method, **kw)
@@ -113,6 +121,15 @@ def _point_draft(V: int, seed: int, ctx: Context) -> int:
 def run_case(case: CertCase) -> CertResult:
     """The shipped code's emitted law against the target's (plus the pathwise gumbel check)."""
     t0 = time.perf_counter()
+    if case.edge == "large_v":  # one pass's exact law and the pathwise checks, in float32 and float64
+        tv, probes, pathwise = 0.0, 0, 0
+        for dtype in (torch.float32, torch.float64):
+            try:
+                t, pr, pw = large.run_large(case.method, case.vocab, case.k, case.seed, dtype)
+            except CertificationError as err:
+                return CertResult(case, float("inf"), 0, None, time.perf_counter() - t0, error=str(err))
+            tv, probes, pathwise = max(tv, t), probes + pr, pathwise + pw
+        return CertResult(case, tv, probes, pathwise, time.perf_counter() - t0)
     s = setup_for(case)
     want = target_distribution(s.p_ref, case.n_tokens, eos=s.eos)
     try:
@@ -162,12 +179,17 @@ def default_grid(quick: bool) -> list[CertCase]:
         for edge in EDGES:
             if method == "gumbel" and edge in EXACT_ONLY:
                 continue
-            for V in vocabs:
-                for K in ks:
-                    n, v = 5, V + 2 * (edge == "padded")
-                    while n > 2 and v ** (n + K) > budget:
-                        n -= 1
-                    cases.append(CertCase(method, edge, V, K, n))
+            if edge == "large_v":  # one pass (not N tokens) at V = 2,085, float32 and float64
+                cases += [CertCase(method, edge, large.LARGE_V, k, 1) for k in ((1,) if quick else (1, 2))]
+                continue
+            dtypes = ("float64",) + ("float32",) * (edge in FLOAT32_EDGES) + ("bfloat16",) * (edge in BFLOAT16_EDGES)
+            for dtype in dtypes:
+                for V in vocabs if dtype == "float64" or not quick else (3,):
+                    for K in ks if dtype == "float64" or not quick else (2,):
+                        n, v = 5, V + 2 * (edge == "padded")
+                        while n > 2 and v ** (n + K) > budget:
+                            n -= 1
+                        cases.append(CertCase(method, edge, V, K, n, dtype=dtype))
     return cases
 
 

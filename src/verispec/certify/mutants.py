@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import sampling
+from .. import rng, sampling
 from ..drafters import sampling as drafters
 import importlib
 
@@ -37,6 +37,7 @@ class Mutant:
     name: str
     what: str
     patches: tuple[tuple[object, str, Callable[[Callable], Callable]], ...]
+    first: str | None = None  # the edge case to try first (where the broken step runs), if any
 
     @contextlib.contextmanager
     def injected(self) -> Iterator[None]:
@@ -106,14 +107,6 @@ def _bonus_from_q(real):
     return residual
 
 
-def _fallback_uniform(real):
-    def fallback(residual, p, rows, j):
-        no_mass = residual.sum(-1) <= 0
-        residual[no_mass] = 1.0
-        return residual
-    return fallback
-
-
 def _accept_uniform_reused(real):
     return lambda residual, draws, seeds, positions: inverse_cdf(residual, draws.uniform(seeds, positions,
                                                                                          STREAM_ACCEPT))
@@ -125,10 +118,6 @@ def _not_renormalised(real):
         cdf = residual.cumsum(-1)  # the raw residual's cdf, not scaled to total 1
         return torch.searchsorted(cdf, u[:, None], right=True).clamp(max=residual.shape[-1] - 1).squeeze(-1)
     return draw
-
-
-def _positions_off_by_one(real):
-    return lambda positions, K: real(positions + 1, K)
 
 
 def _greedy_ties_to_highest(real):
@@ -155,8 +144,42 @@ def _greedy_accepts_every_draft(real):
     return greedy
 
 
-def _gumbel_noise_of_next_position(real):
-    return lambda p_i, seeds, positions, draws: real(p_i, seeds, positions + 1, draws)
+def _accept_unnormalised(real):
+    """The accept test on p(d) and q(d) as stored, not p / sum(p) and q / sum(q) (the residual still
+    normalises): off by the rows' rounding, 1e-3 for bfloat16."""
+    return lambda p, q, p_d, q_d, u, drafted: (p_d, q_d)
+
+
+def _argmax_at_num_draft(real):
+    def verify_argmax(target_top, draft_tokens, num_draft):
+        out = real(target_top, draft_tokens, num_draft)
+        x = target_top.gather(1, num_draft[:, None]).squeeze(1)  # the argmax at slot n, not at num_accepted
+        d = torch.where(torch.arange(draft_tokens.shape[1]) < num_draft[:, None], draft_tokens, 0)
+        return V._assemble(d, out.num_accepted, x, num_draft)
+    return verify_argmax
+
+
+def _inverse_cdf_drops_tail(real):
+    def inverse_cdf(probs, u):
+        V_ = probs.shape[-1]
+        full = V_ // rng._CHUNK * rng._CHUNK
+        if V_ < 8 * rng._CHUNK or full == V_:
+            return real(probs, u)
+        return real(probs[..., :full], u)  # the last, partial chunk is never searched
+    return inverse_cdf
+
+
+def _gumbel_first_block_only(real):
+    def gumbel_argmax(probs, seeds, positions, noise=None):
+        noise = rng.GumbelUniforms(seeds, positions) if noise is None else noise
+        n, V_ = probs.shape
+        L = rng.GUMBEL_BLOCK
+        C = -(-V_ // L)
+        pmax = torch.nn.functional.pad(probs, (0, C * L - V_)).view(n, C, L).amax(-1)
+        top, at = noise.block_max(torch.arange(C))
+        first = (torch.log(top) / pmax.double()).argmax(-1)  # the block with the best bound ...
+        return rng._block_best(probs, noise, top, at, torch.arange(n), first)[1]  # ... and no other
+    return gumbel_argmax
 
 
 def _gumbel_one_hot_shortcut_wrong(real):
@@ -169,6 +192,8 @@ def _gumbel_one_hot_shortcut_wrong(real):
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("accept_all", "accept every draft", ((V, "_accepts", _accept_all),)),
     Mutant("accept_q_over_p", "accept with probability q/p instead of p/q", ((V, "_accepts", _accept_q_over_p),)),
+    Mutant("accept_unnormalised", "accept test on p(d), q(d) as stored, not p/sum(p), q/sum(q)",
+           ((V, "_normalised_at", _accept_unnormalised),), first="random"),
     Mutant("residual_is_p", "on rejection draw from p, not max(0, p - q)", ((V, "_residual", _residual_is_p),)),
     Mutant("residual_abs", "residual |p - q| instead of max(0, p - q)", ((V, "_residual", _residual_abs),)),
     Mutant("bonus_from_q", "bonus token drawn from the last q instead of p", ((V, "_residual", _bonus_from_q),)),
@@ -176,9 +201,9 @@ MUTANTS: tuple[Mutant, ...] = (
            ((V, "_draw", _accept_uniform_reused),)),
     Mutant("residual_not_renormalised", "inverse CDF over the raw residual, not normalised",
            ((V, "_draw", _not_renormalised),)),
-    Mutant("zero_residual_uniform", "zero residual mass falls back to uniform, not p",
-           ((V, "_fallback", _fallback_uniform),)),
-    Mutant("position_off_by_one", "accept draws keyed by position + 1", ((V, "_slot_positions", _positions_off_by_one),)),
+    Mutant("inverse_cdf_drops_tail", "two-level inverse CDF (V >= 2,048) never searches the last partial chunk",
+           ((rng, "inverse_cdf", _inverse_cdf_drops_tail), (V, "inverse_cdf", _inverse_cdf_drops_tail)),
+           first="large_v"),
     Mutant("greedy_ties_to_highest", "temperature 0 breaks ties towards the highest id",
            ((sampling, "logits_to_probs", _greedy_ties_to_highest),
             (drafters, "logits_to_probs", _greedy_ties_to_highest))),
@@ -186,8 +211,10 @@ MUTANTS: tuple[Mutant, ...] = (
            ((drafters, "sample_draft", _q_before_top_p),)),
     Mutant("greedy_accepts_all", "the greedy fast path accepts every draft",
            ((V, "_verify_greedy", _greedy_accepts_every_draft),)),
-    Mutant("gumbel_next_position", "gumbel: the target's noise taken at position + 1",
-           ((V, "_target_token", _gumbel_noise_of_next_position),)),
+    Mutant("argmax_emits_at_num_draft", "verify_argmax (the engine's greedy path) emits the argmax at slot n, "
+           "not at the first rejection", ((V, "verify_argmax", _argmax_at_num_draft),), first="greedy_ties"),
+    Mutant("gumbel_first_block_only", "gumbel: the search stops at the block with the best bound (V > 32)",
+           ((rng, "gumbel_argmax", _gumbel_first_block_only),), first="large_v"),
     Mutant("gumbel_one_hot_shortcut", "gumbel: one-hot slots emit the wrong token",
            ((V, "_target_token", _gumbel_one_hot_shortcut_wrong),)),
 )
@@ -212,7 +239,7 @@ def run_mutants(cases: Sequence[CertCase] | None = None, mutants: Sequence[Mutan
     results = []
     for m in mutants:
         first = "gumbel" if m.name.startswith("gumbel") else "exact"
-        order = sorted(cases, key=lambda c: (c.method != first, c.vocab, c.k))
+        order = sorted(cases, key=lambda c: (c.edge != m.first, c.method != first, c.vocab, c.k))
         t0, caught, n = time.perf_counter(), None, 0
         with m.injected():
             for case in order:

@@ -73,9 +73,10 @@ def gumbel_max_laws(p: np.ndarray) -> np.ndarray:
     g, w = _GL_NODES
     e = np.exp(-g)  # [m]
     out = np.empty_like(p)
-    for i in range(0, p.shape[0], 256):  # [rows, V, m] temporaries stay small
-        f = e * np.exp(-e * c[i : i + 256, :, None])
-        out[i : i + 256] = f @ w
+    step = max(1, (1 << 21) // (p.shape[-1] * len(g)))  # [rows, V, m] temporaries stay small
+    for i in range(0, p.shape[0], step):
+        f = e * np.exp(-e * c[i : i + step, :, None])
+        out[i : i + step] = f @ w
     return np.where(p > 0, out, 0.0)
 
 

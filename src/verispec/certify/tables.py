@@ -28,7 +28,12 @@ class TableModel:
     for disjoint supports), "copy" (exactly ``base``), "ties" (two tokens share the largest
     probability), "mixed" (one-hot for about half the contexts, random otherwise), "padded"
     (random over all but the last two ids, which get 0: a padded vocabulary), "below"
-    (``base`` scaled by 1 - 1e-10: an unnormalised row that lies below ``base`` everywhere).
+    (``base`` scaled by 1 - 1e-10: an unnormalised row that lies below ``base`` everywhere),
+    "large" (a large vocabulary: four heavy tokens in far-apart inverse-CDF chunks and Gumbel
+    blocks, the last one in the final partial chunk, and mass 1e-7 to 3e-7 on every 8th other
+    token: every chunk and block holds mass; 0 elsewhere),
+    "large_q" (two of the heavy tokens of ``base``'s context and one other, zero elsewhere: few
+    draft branches, and a residual with mass on every token).
     """
 
     vocab: int
@@ -54,6 +59,17 @@ def _table_row(m: TableModel, ctx: Context) -> Dist:
             return tuple(b * (1 - 1e-10) for b in base)
         w = [b * (1 + 1e-9 * rnd.uniform(-1, 1)) for b in base]
         return _normalised(w)
+    if m.kind in ("large", "large_q"):
+        heavy = _heavy_tokens(V, m.seed if m.base is None else m.base.seed, ctx)
+        if m.kind == "large":
+            w = [rnd.uniform(1e-7, 3e-7) if x % 8 == 0 else 0.0 for x in range(V)]
+            for t in heavy:
+                w[t] = rnd.expovariate(1.0) + 0.05
+        else:
+            w = [0.0] * V
+            for t in (heavy[0], heavy[3], (heavy[1] + 1) % V):
+                w[t] = rnd.expovariate(1.0) + 0.05
+        return _normalised(w)
     if m.kind == "onehot" or (m.kind == "mixed" and rnd.random() < 0.5):
         t = rnd.randrange(V)
         return tuple(1.0 if i == t else 0.0 for i in range(V))
@@ -69,6 +85,13 @@ def _table_row(m: TableModel, ctx: Context) -> Dist:
         other = rnd.choice([i for i in range(V) if i != top])
         w[other] = w[top]
     return _normalised(w)
+
+
+def _heavy_tokens(V: int, seed: int, ctx: Context) -> list[int]:
+    """Four tokens in the first, a middle and a late quarter of the ids and the last 1/64th."""
+    rnd = random.Random(f"heavy {seed} {ctx}")
+    return [rnd.randrange(0, V // 8), rnd.randrange(3 * V // 8, V // 2), rnd.randrange(5 * V // 8, 3 * V // 4),
+            rnd.randrange(V - V // 64, V)]
 
 
 def _normalised(w: list[float]) -> Dist:

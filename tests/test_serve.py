@@ -274,6 +274,9 @@ def test_load_mixed_clients_match_solo_runs(server, engine):
     after = server.metric('verispec:request_success_total{finished_reason="length"}') + \
         server.metric('verispec:request_success_total{finished_reason="eos"}')
     assert after - before == 32
+    steps, rows = server.metric("verispec:batch_size_count"), server.metric("verispec:batch_size_sum")
+    assert rows > steps  # some steps ran several requests at once
+    assert server.metric('verispec:batch_size_bucket{le="8.0"}') == steps  # never more than --max-batch
     assert httpx.get(server.url + "/health", timeout=10).status_code == 200
 
 

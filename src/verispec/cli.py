@@ -232,7 +232,8 @@ def _certify_table(console: Console, results: list, quick: bool) -> int:
     from .certify import TV_TOLERANCE
 
     table = Table(title=f"verispec certify{' --quick' if quick else ''}: law of the shipped verify() vs the "
-                        f"target's law (pass: TV <= {TV_TOLERANCE:g}, no probe or pathwise mismatch)")
+                        f"target's law (large_v: one pass vs the rule's law; pass: TV <= {TV_TOLERANCE:g}, no probe "
+                        f"or pathwise mismatch)")
     for col in ("mode", "edge case", "dtype", "V", "K", "N", "cases", "max TV", "probes", "pathwise", "result"):
         table.add_column(col, justify="right" if col not in ("mode", "edge case", "dtype") else "left")
     groups: dict[tuple[str, str, str], list] = {}
@@ -273,7 +274,8 @@ def _mutant_table(console: Console, mutants: list) -> int:
                     f"{c.probe_mismatches} probe rows" if c.probe_mismatches else "",
                     f"{c.pathwise_mismatches} pathwise rows" if c.pathwise_mismatches else "",
                     "not constant on a cell" if c.error else ""]
-        table.add_row(m.mutant.name, m.mutant.what, f"{c.case.method} {c.case.edge} V={c.case.vocab} K={c.case.k}",
+        dtype = "" if c.case.dtype == "float64" or c.case.edge == "large_v" else f" {c.case.dtype}"
+        table.add_row(m.mutant.name, m.mutant.what, f"{c.case.method} {c.case.edge}{dtype} V={c.case.vocab} K={c.case.k}",
                       "inf" if c.error else f"{c.tv:.1e}", ", ".join(e for e in evidence if e))
     console.print(table)
     return survived

@@ -184,8 +184,9 @@ def default_grid(quick: bool) -> list[CertCase]:
                 continue
             dtypes = ("float64",) + ("float32",) * (edge in FLOAT32_EDGES) + ("bfloat16",) * (edge in BFLOAT16_EDGES)
             for dtype in dtypes:
-                for V in vocabs if dtype == "float64" or not quick else (3,):
-                    for K in ks if dtype == "float64" or not quick else (2,):
+                low = dtype != "float64"  # float32 / bfloat16: a few sizes (the rule is the same; the rows differ)
+                for V in vocabs if not low else (3,) if quick else (3, 5):
+                    for K in ks if not low else (2,) if quick else (1, 2):
                         n, v = 5, V + 2 * (edge == "padded")
                         while n > 2 and v ** (n + K) > budget:
                             n -= 1

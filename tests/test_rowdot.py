@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from verispec.models import kernels, rowdot
+from verispec.models import extension, kernels, rowdot
 from verispec.testing import tiny_llama
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}  # float32 rounding of dot products of a few hundred terms
@@ -89,7 +89,7 @@ def test_rowdot_inputs(rd) -> None:  # type: ignore[no-untyped-def]
 def test_build_name_pins_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """A build for another CPU (other flags) has another name, so it is never loaded here."""
     name = rowdot._build_name()
-    monkeypatch.setattr(rowdot, "_cpu_flags", lambda: "fpu sse2")
+    monkeypatch.setattr(extension, "_cpu_flags", lambda: "fpu sse2")
     assert rowdot._build_name() != name and rowdot._build_name().startswith("verispec_rowdot_")
 
 

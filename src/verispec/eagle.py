@@ -37,7 +37,8 @@ from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .models import CausalLM, ModelLoadError, cpu_matrix_units
-from .models.kernels import (cache_evictor, fp16_linear, int8_linear, kernel_choice, measured_choice, pack_weight,
+from .models.kernels import (cache_evictor, fp16_linear, int8_linear, invariant_attention, invariant_linear,
+                             kernel_choice, measured_choice, pack_weight,
                              packed_linear)
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
@@ -122,12 +123,13 @@ class EagleDraftModel(nn.Module):
     """
 
     def __init__(self, head: EagleHead, embed: nn.Embedding, out_rows: torch.Tensor, *,
-                 weights: str = "fp32") -> None:
+                 weights: str = "fp32", invariant: bool = False) -> None:
         super().__init__()
         self.head = head
         self.embed = embed  # shared with the target, not copied
         self.register_buffer("out_rows", out_rows, persistent=False)  # [V_map, H]
-        self._step = _FastStep(head, out_rows, weights=weights) if _FastStep.supports(head) else None
+        self._step = (_FastStep(head, out_rows, weights=weights, invariant=invariant)
+                      if _FastStep.supports(head) else None)
         self.weights = self._step.weights if self._step is not None else "fp32"  # what draft steps read
         self.fp16 = self.weights == "fp16"
 
@@ -179,6 +181,10 @@ class _FastStep:
     accumulation), with ``weights="int8"`` through an int8 copy with a scale per output row
     (:func:`verispec.models.kernels.int8_linear`; inputs rounded to bfloat16). Other dtypes use
     ``F.linear``, and so does every matmul on any other device.
+    With ``invariant`` (a target loaded with ``kernel_choice="invariant"``) a row's draft is the
+    same bits whatever else is in the batch: float32 matmuls run the batch-invariant panel kernel
+    and attention the ``attend`` kernel (:func:`verispec.models.kernels.invariant_kernels`); the
+    int8 and float16 kernels compute each row on its own already (tested).
     The copies are made at construction: bind again after changing the head.
     """
 
@@ -195,7 +201,8 @@ class _FastStep:
                 "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
         return {n: (m.weight, m.bias) for n, m in mods.items()} | {"out": (out_rows, None)}
 
-    def __init__(self, head: EagleHead, out_rows: torch.Tensor, *, weights: str = "fp32") -> None:
+    def __init__(self, head: EagleHead, out_rows: torch.Tensor, *, weights: str = "fp32",
+                 invariant: bool = False) -> None:
         layer = head.body.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         self.head, self.layer, self.attn, self.act = head, layer, attn, mlp.act_fn
@@ -204,8 +211,11 @@ class _FastStep:
         make = {"fp16": fp16_linear, "int8": int8_linear}.get(kind) if self.cpu else None
         small = {n: make(w, b) for n, (w, b) in weights.items()} if make is not None else {}
         self.weights = kind if small and all(f is not None for f in small.values()) else "fp32"
+        self.invariant = invariant and self.cpu
         if self.weights != "fp32":
             self.linear = small
+        elif self.invariant:
+            self.linear = {n: invariant_linear(w.detach(), b) for n, (w, b) in weights.items()}
         else:
             self.linear = {n: _linear_fn(w, b, cpu_kernels=self.cpu) for n, (w, b) in weights.items()}
         self.head_dim = attn.head_dim
@@ -225,12 +235,15 @@ class _FastStep:
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         k, v = cache.update(k, v, 0)  # [B, Hkv, S, D], S = cached + T
         mask = attention_mask  # additive [B, 1, T, S] from KVRunner when rows have holes
-        if mask is None and T > 1:  # causal, the new queries being the last T of S columns
-            S = k.shape[2]
-            mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
-        a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.attn.scaling,
-                                                       enable_gqa=True)  # [B, Hq, T, D]
-        u = u + lin["o"](a.transpose(1, 2).reshape(B * T, -1))
+        if self.invariant:  # (no mask and T > 1: causal, the new queries being the last T of S columns)
+            a = invariant_attention(self.attn, q, k, v, mask, scaling=self.attn.scaling)[0]  # [B, T, Hq, D]
+        else:
+            if mask is None and T > 1:  # causal, the new queries being the last T of S columns
+                S = k.shape[2]
+                mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+            a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.attn.scaling,
+                                                           enable_gqa=True).transpose(1, 2)  # [B, T, Hq, D]
+        u = u + lin["o"](a.reshape(B * T, -1))
         x = self.layer.post_attention_layernorm(u)
         u = u + lin["down"](self.act(lin["gate"](x)) * lin["up"](x))
         f_hat = self.head.body.norm(u).view(B, T, H)  # [B, T, H]
@@ -386,7 +399,8 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
     elif weights == "measured":
         choice, rule = "measured", "measured"
         kind, info = _measured_draft_weights(head, out)
-    draft = EagleDraftModel(head, model.get_input_embeddings(), out, weights=kind)
+    invariant = (getattr(model, "_verispec_kernels", None) or {}).get("choice") == "invariant"
+    draft = EagleDraftModel(head, model.get_input_embeddings(), out, weights=kind, invariant=invariant)
     if weights in ("fp16", "int8") and draft.weights != weights:
         need = "fbgemm" if weights == "fp16" else "torch._weight_int8pack_mm"
         raise ValueError(f"weights={weights!r} needs a float32 CPU target and a torch build with {need} "

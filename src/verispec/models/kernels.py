@@ -48,7 +48,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .attend import invariant_attention, load_attend
 from .lean import lean_layers
+from .panel import PanelKernel, load_panel
 from .paths import cache_dir, machine_key, read_json, write_json
 from .rowdot import ROWDOT_VERSION, load_rowdot
 
@@ -61,6 +63,10 @@ __all__ = [
     "fast_lm_head",
     "fast_small_linears",
     "gqa_attention",
+    "invariant_kernels",
+    "invariant_linear",
+    "invariant_attention",
+    "InvariantKernelsUnavailable",
     "pack_weight",
     "packed_linear",
     "fp16_linear",
@@ -75,8 +81,8 @@ __all__ = [
 ]
 
 # what apply_cpu_kernels installs, in order
-KERNELS = ("fast_lm_head", "fast_small_linears", "gqa_attention", "lean_layers")
-KERNEL_CHOICES = ("measured", "fixed")  # how linear kernels are chosen (see kernel_choice)
+KERNELS = ("fast_lm_head", "fast_small_linears", "gqa_attention", "invariant_attention", "lean_layers")
+KERNEL_CHOICES = ("invariant", "measured", "fixed")  # how kernels are chosen (see kernel_choice)
 EVICT_BYTES = 256 << 20  # what cache_evictor writes: more than the L3 of the CPUs this runs on
 
 
@@ -114,6 +120,11 @@ def apply_cpu_kernels(model: nn.Module, *, head: bool = True, linears: bool = Tr
         return ()
     choice = kernel_choice(choice)
     done: list[str] = []
+    if choice == "invariant":
+        done.extend(invariant_kernels(model, attention=attention))
+        if attention and lean_layers(model):
+            done.append("lean_layers")
+        return tuple(done)
     if choice == "fixed":
         if head and fast_lm_head(model):
             done.append("fast_lm_head")
@@ -133,7 +144,8 @@ def apply_cpu_kernels(model: nn.Module, *, head: bool = True, linears: bool = Tr
 def kernel_choice(choice: str | None = None) -> str:
     """``choice``, else ``$VERISPEC_KERNEL_CHOICE``, else ``"measured"``; one of :data:`KERNEL_CHOICES`.
 
-    ``"measured"``: linear kernels (and the EAGLE head's draft weights, ``bind_eagle(...,
+    ``"invariant"``: batch-invariant kernels (:func:`invariant_kernels`): a row's logits do not
+    depend on how many tokens or rows share its pass; ``"measured"``: linear kernels (and the EAGLE head's draft weights, ``bind_eagle(...,
     weights="auto")``) chosen by timing them on this machine; ``"fixed"``: the choices tuned on
     one AMD EPYC (packed weights for 2-16 rows, the head packed for 1-32 rows, float16 draft
     weights where fbgemm exists), kept for A/B comparisons."""
@@ -141,6 +153,100 @@ def kernel_choice(choice: str | None = None) -> str:
     if choice not in KERNEL_CHOICES:
         raise ValueError(f"kernel choice must be one of {KERNEL_CHOICES}, got {choice!r}")
     return choice
+
+
+# ----------------------------------------------------------------------------------------------
+# batch-invariant kernels
+
+_INVARIANT_ATTENTION = "verispec_invariant"
+
+
+class InvariantKernelsUnavailable(RuntimeError):
+    """The batch-invariant kernels cannot run here (no compiled kernels, or a model they do not
+    cover)."""
+
+
+def invariant_kernels(model: nn.Module, *, attention: bool = True) -> tuple[str, ...]:
+    """Make a float32 CPU model's passes batch-invariant (in place): for a row and position, the
+    logits and hidden states are bitwise the same whatever the number of tokens in the pass, the
+    number and content of the other rows, and the hole columns of the KV cache.
+
+    Every float32 ``nn.Linear`` (the output head included) runs the ``panel`` kernel
+    (:mod:`.panel`) for every row count, from a copy of its weight packed in column panels: each
+    output sums ``x[k] * W[n, k]`` over k in order, whatever the rows. Attention runs the
+    ``attend`` kernel (:mod:`.attend`): each query's keys are taken one at a time in column order,
+    holes skipped. The rest of a Llama layer is row-wise already (RMSNorm reduces each row on its
+    own, activations and rotary embeddings are elementwise), which the tests check bit for bit.
+    Returns the kernels installed (``"fast_lm_head"``, ``"fast_small_linears"``,
+    ``"invariant_attention"``). Raises :class:`InvariantKernelsUnavailable` where the compiled
+    kernels cannot be built or the model is not float32 or uses another attention. Costs one more
+    copy of the linear weights in memory (the panels).
+    """
+    panel = load_panel()
+    if panel is None or (attention and load_attend() is None):
+        raise InvariantKernelsUnavailable("batch-invariant kernels need verispec's compiled CPU kernels (a C++ "
+                                          "compiler and ninja, x86-64, VERISPEC_NO_EXTENSIONS unset)")
+    linears = [m for m in model.modules() if _eligible(m)]
+    if any(m.weight.dtype != torch.float32 for m in linears):
+        raise InvariantKernelsUnavailable("batch-invariant kernels run float32 models only")
+    get_head = getattr(model, "get_output_embeddings", None)
+    head_mod = get_head() if callable(get_head) else None
+    for mod in linears:
+        call = _panel_call(mod, panel)
+        mod.kernel_rows = (PANEL,) * (HEAD_MAX_ROWS if mod is head_mod else MAX_ROWS)
+        mod.kernel_beyond = PANEL
+        mod.kernel_calls = (call,) * len(mod.kernel_rows)
+        mod.kernel_beyond_call = call
+        mod.forward = types.MethodType(_planned_forward, mod)  # type: ignore[method-assign]
+    done = []
+    if any(m is head_mod for m in linears):
+        done.append("fast_lm_head")
+    if any(m is not head_mod for m in linears):
+        done.append("fast_small_linears")
+    if attention:
+        config = getattr(model, "config", None)
+        impl = getattr(config, "_attn_implementation", None)
+        if impl not in ("sdpa", "eager", _GQA_ATTENTION, _INVARIANT_ATTENTION) or not hasattr(model, "set_attn_implementation"):
+            raise InvariantKernelsUnavailable(f"batch-invariant attention replaces 'sdpa' or 'eager' attention, not {impl!r}")
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+        AttentionInterface.register(_INVARIANT_ATTENTION, invariant_attention)
+        AttentionMaskInterface.register(_INVARIANT_ATTENTION, sdpa_mask)
+        model.set_attn_implementation(_INVARIANT_ATTENTION)
+        done.append("invariant_attention")
+    model._verispec_kernels = {"choice": "invariant"}
+    return tuple(done)
+
+
+def invariant_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``x [M, in] -> x @ W.T + b [M, out]`` by the batch-invariant panel kernel (:mod:`.panel`),
+    for float32 CPU weights (a drafter's steps under ``kernel_choice="invariant"``). Raises
+    :class:`InvariantKernelsUnavailable` where the kernel cannot be built or the weight is not
+    float32 on the CPU."""
+    panel = load_panel()
+    if panel is None or weight.dtype != torch.float32 or weight.device.type != "cpu":
+        raise InvariantKernelsUnavailable("the batch-invariant linear needs the compiled panel kernel and a "
+                                          "float32 CPU weight")
+    packed = panel.pack(weight)
+    n = weight.shape[0]
+    b = None if bias is None else bias.detach()
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        return panel.linear(x, packed, n, b)
+    return linear
+
+
+def _panel_call(mod: nn.Linear, panel: PanelKernel) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``x [..., in] -> [..., out]`` by the panel kernel on a packed copy of ``mod``'s weight."""
+    packed = panel.pack(mod.weight)
+    mod.panel_weight = packed
+    n, b = mod.out_features, mod.bias
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        out = panel.linear(x.reshape(-1, x.shape[-1]), packed, n, b)
+        return out.reshape(*x.shape[:-1], n)
+    return call
 
 
 # ----------------------------------------------------------------------------------------------
@@ -358,6 +464,7 @@ MAX_ROWS = 16  # a linear given more rows (a prefill) runs F.linear, or the head
 HEAD_MAX_ROWS = 32  # the output head: 17..32 rows take the choice measured at 16 rows
 PACKED, PLAIN, MM_T = "packed", "plain", "mm_t"  # packed_linear, F.linear, (W @ x.T).T
 ROWDOT = "rowdot"  # the compiled few-row kernel of :mod:`.rowdot` (float32, where it builds)
+PANEL = "panel"  # the batch-invariant kernel of :mod:`.panel` (only with kernel_choice "invariant")
 _REPEATS = 3  # timed calls per (shape, kernel, rows) after a warm-up; the median is kept
 _LONG_CALL_S = 2e-3  # calls this long keep their warm-up sample and may be pruned
 _PRUNE = 1.5  # a long call this many times slower than its fastest rival is timed only once
@@ -737,11 +844,13 @@ def kernel_report(model: object) -> dict:
         else:
             kinds, beyond = [PLAIN] * (HEAD_MAX_ROWS if mod is head_mod else MAX_ROWS), PLAIN
         if mod is head_mod:
-            report["head"] = {"shape": shape, "rows": {k: _rows_of(kinds, k) for k in (PACKED, ROWDOT, MM_T, PLAIN)
+            report["head"] = {"shape": shape, "rows": {k: _rows_of(kinds, k) for k in (PACKED, ROWDOT, PANEL, MM_T, PLAIN)
                                                        if k in kinds}, "beyond": beyond}
         else:
             entry = report["linears"].setdefault(shape, {"modules": 0, "packed_rows": _rows_of(kinds, PACKED),
                                                          "rowdot_rows": _rows_of(kinds, ROWDOT)})
+            if PANEL in kinds:
+                entry["panel_rows"] = _rows_of(kinds, PANEL)
             entry["modules"] += 1
             if entry["packed_rows"] != _rows_of(kinds, PACKED) or entry["rowdot_rows"] != _rows_of(kinds, ROWDOT):
                 entry["mixed"] = True  # modules of one shape with different plans (e.g. bias or not)

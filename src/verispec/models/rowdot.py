@@ -24,23 +24,16 @@ torch's kernels and uses it only where it is faster.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.util
-import os
-import platform
-import sys
 import threading
-import types
 import warnings
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 
-from .paths import cache_dir, cpuinfo_field
+from .extension import build_extension, build_name, extensions_disabled
 
-__all__ = ["ROWDOT_SOURCE", "ROWDOT_VERSION", "load_rowdot", "extension_dir"]
+__all__ = ["ROWDOT_SOURCE", "ROWDOT_VERSION", "load_rowdot"]
 
 ROWDOT_SOURCE = r"""
 #include <torch/extension.h>
@@ -59,14 +52,21 @@ ROWDOT_SOURCE = r"""
 #define AHEAD 2  // blocks ahead whose weights are prefetched into L2 while this block computes
 
 typedef float vf __attribute__((vector_size(VW * 4)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
 
-// Sum of the lanes in a fixed pairwise order (the same for every call).
+// Sum of the lanes in a fixed pairwise order (the same for every call): lane i + lane i + VW/2,
+// then the halves again, with vector shuffles (a scalar loop over the lanes cost more than the
+// multiply-adds of a 16-row call).
 static inline float hsum(vf v) {
-  float s[VW];
-  __builtin_memcpy(s, &v, sizeof v);
-  for (int w = VW / 2; w > 0; w /= 2)
-    for (int i = 0; i < w; ++i) s[i] += s[i + w];
-  return s[0];
+#if VW == 16
+  v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+  v8 a = v;
+#endif
+  v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  float c0 = b[0] + b[2], c1 = b[1] + b[3];
+  return c0 + c1;
 }
 
 // y[r, n0 + j] for r < R, j < nb: R rows of x against nb (<= NB) weight rows from n0.
@@ -162,76 +162,18 @@ _failed: str | None = None  # why it could not be built (warned once)
 ROWDOT_VERSION = hashlib.sha256(ROWDOT_SOURCE.encode()).hexdigest()[:8]
 
 
-def _cpu_flags() -> str:
-    """The CPU's feature flags (``-march=native`` compiles for them), else what platform knows."""
-    return cpuinfo_field("flags") or f"{platform.processor()} {platform.platform()}"
-
-
 def _build_name() -> str:
     """An extension name unique to the source, torch, Python and CPU: a build for another CPU is
     never loaded (it could hold instructions this one lacks)."""
-    tag = "\n".join([ROWDOT_SOURCE, torch.__version__, sys.version, platform.machine(), _cpu_flags()])
-    return "verispec_rowdot_" + hashlib.sha256(tag.encode()).hexdigest()[:12]
-
-
-def extension_dir() -> Path:
-    """Where the compiled kernel is kept: ``extensions/<name>`` in verispec's cache directory."""
-    return cache_dir() / "extensions" / _build_name()
+    return build_name("verispec_rowdot", ROWDOT_SOURCE)
 
 
 def _build() -> Callable[..., torch.Tensor]:
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        raise RuntimeError(f"built only for x86-64, not {platform.machine()}")
-    build = extension_dir()
-    try:  # built before (its name pins source, torch and CPU): import it without the ~2 s of checks
-        mod = _import_built(build)
-    except (ImportError, OSError):
-        from torch.utils.cpp_extension import load_inline, verify_ninja_availability
-
-        with _ninja_on_path():
-            verify_ninja_availability()  # a clear reason, before any compiler runs
-            build.mkdir(parents=True, exist_ok=True)
-            # -fopenmp in both flags: without it at::parallel_for runs the whole loop on one thread
-            mod = load_inline(build.name, cpp_sources=ROWDOT_SOURCE,
-                              extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
-                              build_directory=str(build), verbose=False)
-    fn = mod.rowdot
+    fn = build_extension("verispec_rowdot", ROWDOT_SOURCE).rowdot
     x, w, b = torch.randn(7, 37), torch.randn(5, 37), torch.randn(5)  # a full chunk of rows, tails in K and N
     if not torch.allclose(fn(x, w, b), torch.nn.functional.linear(x, w, b), atol=1e-4, rtol=1e-4):
         raise RuntimeError("the built kernel disagrees with F.linear")
     return fn
-
-
-@contextlib.contextmanager
-def _ninja_on_path() -> Iterator[None]:
-    """PATH with the pip ``ninja`` package's directory added while building: torch runs ``ninja``
-    from PATH, which lacks a virtual environment's ``bin`` unless it is activated."""
-    try:
-        import ninja  # the dependency in pyproject; a system ninja on PATH serves as well
-        extra = str(ninja.BIN_DIR)
-    except (ImportError, AttributeError):
-        yield
-        return
-    old = os.environ.get("PATH")
-    os.environ["PATH"] = os.pathsep.join([p for p in (old, extra) if p])
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("PATH", None)
-        else:
-            os.environ["PATH"] = old
-
-
-def _import_built(build: Path) -> types.ModuleType:
-    """The extension module that ``load_inline`` built in ``build`` (ImportError if there is none)."""
-    so = build / f"{build.name}.so"  # load_inline's name for it
-    spec = importlib.util.spec_from_file_location(build.name, so) if so.is_file() else None
-    if spec is None or spec.loader is None:
-        raise ImportError(f"no build in {build}")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def load_rowdot() -> Callable[..., torch.Tensor] | None:
@@ -239,11 +181,11 @@ def load_rowdot() -> Callable[..., torch.Tensor] | None:
 
     ``x [M, K]`` (made contiguous if it is not), ``w [N, K]``, ``bias [N]`` or None, all float32
     on the CPU -> ``y [M, N] = x @ w.T + bias``. Built once per process (and once per machine:
-    the build is kept in :func:`extension_dir`); a failure to build warns once with the reason
-    and returns None ever after. ``$VERISPEC_NO_EXTENSIONS=1`` returns None (no warning).
+    the build is kept in :func:`~.extension.extension_dir`); a failure to build warns once with
+    the reason and returns None ever after. ``$VERISPEC_NO_EXTENSIONS=1`` returns None (no warning).
     """
     global _loaded, _failed
-    if os.environ.get("VERISPEC_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return None
     if _loaded is not None or _failed is not None:
         return _loaded

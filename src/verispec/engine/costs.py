@@ -6,13 +6,19 @@ Two kinds of table, and which rows read which (:class:`CostTables`):
   first starts a batch, and kept in a file per model, drafter and machine (:func:`costs_file`,
   written read-modify-write under a file lock; a table timed while the machine was busy serves
   until a process finds it quiet and times it again). Greedy and Gumbel rows read it: their text
-  does not depend on draft lengths, only their speed does.
+  does not depend on draft lengths, only their speed does. The table holds passes of one row
+  (``verify``) and of B = 2, 4, 8, 16 rows (``rows``, a few widths per B, interpolated): a
+  greedy or Gumbel row reads the pass-width curve of the batch it runs in
+  (:meth:`PassCosts.table` with ``rows=B``), so it drafts less, down to nothing, as the batch
+  grows and the pass stops being memory-bound.
 * **reference** (:func:`reference_costs`): no timing at all. A target pass of w tokens costs
   ``1 + 0.05 (w - 1)`` one-token passes, and a draft step the bytes of weights the drafter reads
   per step over the bytes the target reads per pass, plus 0.02 (a memory-bound model of a small
   CPU). Sampled "exact" rows read it: their text depends on their draft lengths, which must
   depend only on the request, the models and the kind of draft weights, never on a timing (same
-  seed, same text, in any process, under any load, whatever the costs file holds).
+  seed, same text, in any process, under any load, whatever the costs file holds). It is one
+  row's table, read at every batch size: sampled exact rows are not turned down as the batch
+  grows (their draft lengths must not depend on what else runs), and pay for it in speed.
 
 A table the user pins (``SpeculativeDecoder(costs=...)``, ``--costs FILE``: :func:`load_costs`)
 serves every row instead.
@@ -52,7 +58,14 @@ _DRAFT_REPEATS = 11
 # How the table is measured (part of the file's key: a change of method measures again). Draft
 # steps are timed each right after a target pass, as in decoding: timed back to back, a draft
 # model's weights stay in the CPU's cache and its steps look several times cheaper than they are.
-_METHOD = f"draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it"
+# Passes of several rows: B rows x w tokens for B in _ROWS and the widths of _ROW_WIDTHS with
+# B * w <= _ROW_TOKENS (widths 1 and 2 always); other widths and B are interpolated (beyond the
+# widest timed width, linearly in tokens: a pass of many tokens is compute-bound).
+_ROWS = (2, 4, 8, 16)
+_ROW_WIDTHS = (1, 2, 3, 5, 9, 13)
+_ROW_TOKENS = 40
+_METHOD = (f"draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it; rows {_ROWS} widths "
+           f"{_ROW_WIDTHS} up to {_ROW_TOKENS} tokens")
 # The reference model (no timing): v(w) / v(1) = 1 + slope (w - 1); a draft step costs the ratio
 # of bytes read plus a fixed overhead. On the 2-core CPUs of BENCHMARKS.md the measured tables
 # read v(5) 1.07-1.37, v(9) 1.31-1.58, v(16) 1.85 one-token passes, and an EAGLE head's step
@@ -63,15 +76,20 @@ REFERENCE_STEP_OVERHEAD = 0.02
 
 @dataclass(frozen=True)
 class PassCosts:
-    """Seconds of a target pass per width (1 = plain decoding) and of one draft step.
+    """Seconds of a target pass per width (1 = plain decoding) and of one draft step, and of
+    passes of several rows.
 
-    ``verify`` need not hold every width: others are interpolated, and the table is read
-    through a running maximum so that a wider pass never costs less than a narrower one
-    (a measured dip is noise or a kernel switch, not a reason to draft more).
+    ``verify`` (one row) need not hold every width: others are interpolated, and the table is
+    read through a running maximum so that a wider pass never costs less than a narrower one
+    (a measured dip is noise or a kernel switch, not a reason to draft more). ``rows`` maps a
+    batch size B >= 2 to seconds of a pass of B rows per width (each row feeding w tokens);
+    empty: a pass costs the same per row at any B (a pinned table, the reference table).
     """
 
     verify: dict[int, float] = field(default_factory=dict)
     draft_step: float = 0.0
+    rows: dict[int, dict[int, float]] = field(default_factory=dict)
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)  # (max_w, B) -> table
 
     def verify_cost(self, w: int) -> float:
         """Seconds of a target pass of width ``w`` (monotone in ``w``)."""
@@ -92,32 +110,101 @@ class PassCosts:
         mid = self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (w - lo) / (hi - lo)
         return max(best, mid)
 
+    def batch_cost(self, B: int, w: int) -> float:
+        """Seconds of a pass of ``B`` rows x ``w`` tokens (monotone in ``w``): the one-row table
+        for B = 1 or without ``rows``, times B; else interpolated linearly between the timed
+        batch sizes (beyond the largest: proportional to B)."""
+        if B <= 1 or not self.rows:
+            return max(1, B) * self.verify_cost(w)
+        sizes = sorted(self.rows)
+        lo = max((x for x in sizes if x <= B), default=1)
+        hi = min((x for x in sizes if x > B), default=None)
+        v_lo = self.verify_cost(w) if lo == 1 else _curve(self.rows[lo], w)
+        if hi is None:
+            return v_lo * B / lo
+        if lo == B:
+            return v_lo
+        return v_lo + (_curve(self.rows[hi], w) - v_lo) * (B - lo) / (hi - lo)
+
     def to_json(self) -> dict:
         """What :func:`load_costs` reads."""
-        return {"verify": {str(w): t for w, t in sorted(self.verify.items())}, "draft_step": self.draft_step}
+        out = {"verify": {str(w): t for w, t in sorted(self.verify.items())}, "draft_step": self.draft_step}
+        if self.rows:
+            out["rows"] = {str(b): {str(w): t for w, t in sorted(ts.items())} for b, ts in sorted(self.rows.items())}
+        return out
 
     @classmethod
     def from_json(cls, data: object, name: str = "costs") -> PassCosts:
         """The table in ``data`` (see :meth:`to_json`); ``ValueError`` naming ``name`` if malformed."""
         if not isinstance(data, dict) or not isinstance(data.get("verify"), dict) or not data["verify"]:
             raise ValueError(f'{name}: expected {{"verify": {{"1": seconds, ...}}, "draft_step": seconds}}')
-        verify = {}
-        for w, t in data["verify"].items():
-            try:
-                width, secs = int(w), float(t)
-            except (TypeError, ValueError):
-                raise ValueError(f"{name}: verify entry {w!r}: {t!r} is not a width and a number") from None
-            if width < 1 or not math.isfinite(secs) or secs <= 0 or isinstance(t, bool):
-                raise ValueError(f"{name}: verify entry {w!r}: {t!r} needs a width >= 1 and a finite cost > 0")
-            verify[width] = secs
+        verify = _widths(data["verify"], name, "verify")
         step = data.get("draft_step", 0.0)
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) or step < 0:
             raise ValueError(f"{name}: draft_step must be a finite number >= 0, got {step!r}")
-        return cls(verify, float(step))
+        rows = data.get("rows", {})
+        if not isinstance(rows, dict):
+            raise ValueError(f'{name}: rows must be {{"B": {{"w": seconds, ...}}, ...}}, got {rows!r}')
+        batch = {}
+        for b, ts in rows.items():
+            try:
+                size = int(b)
+            except (TypeError, ValueError):
+                size = 0
+            if size < 2 or not isinstance(ts, dict) or not ts:
+                raise ValueError(f"{name}: rows entry {b!r} needs a batch size >= 2 and widths with costs")
+            batch[size] = _widths(ts, name, f"rows {b}")
+        return cls(verify, float(step), batch)
 
-    def table(self, max_w: int) -> torch.Tensor:
-        """``[max_w + 1]`` float64: entry w is :meth:`verify_cost` (w), entry 0 unused."""
-        return torch.tensor([0.0] + [self.verify_cost(w) for w in range(1, max_w + 1)], dtype=torch.float64)
+    def table(self, max_w: int, rows: int = 1) -> torch.Tensor:
+        """``[max_w + 1]`` float64: entry w is the cost of a pass of width w for one row of a
+        batch of ``rows`` rows, entry 0 unused. For one row, :meth:`verify_cost` (w); for B rows,
+        the batch's curve scaled to a one-row pass at width 1, v(1) V(B, w) / V(B, 1): a draft
+        step keeps its ratio to a one-token pass (both models slow down alike with B) and the
+        pass-width curve is the batch's own, steeper as the batch stops being memory-bound."""
+        B = 1 if rows <= 1 or not self.rows else rows
+        key = (max_w, B)
+        got = self._memo.get(key)
+        if got is None:
+            if B == 1:
+                vals = [self.verify_cost(w) for w in range(1, max_w + 1)]
+            else:
+                one = self.verify_cost(1) / self.batch_cost(B, 1)
+                vals = [self.batch_cost(B, w) * one for w in range(1, max_w + 1)]
+            got = self._memo[key] = torch.tensor([0.0] + vals, dtype=torch.float64)
+        return got
+
+
+def _widths(data: dict, name: str, what: str) -> dict[int, float]:
+    """``{"w": seconds}`` as ints and floats; ``ValueError`` naming ``name`` and ``what``."""
+    out = {}
+    for w, t in data.items():
+        try:
+            width, secs = int(w), float(t)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: {what} entry {w!r}: {t!r} is not a width and a number") from None
+        if width < 1 or not math.isfinite(secs) or secs <= 0 or isinstance(t, bool):
+            raise ValueError(f"{name}: {what} entry {w!r}: {t!r} needs a width >= 1 and a finite cost > 0")
+        out[width] = secs
+    return out
+
+
+def _curve(times: dict[int, float], w: int) -> float:
+    """Seconds of width ``w`` from a few timed widths: interpolated, linear in tokens beyond the
+    widest (the slope of its last two, at least 0), never below a narrower width's."""
+    widths = sorted(times)
+    best = max((times[x] for x in widths if x <= w), default=times[widths[0]])
+    lo = max((x for x in widths if x <= w), default=None)
+    hi = min((x for x in widths if x > w), default=None)
+    if lo is None:
+        return times[widths[0]]
+    if lo == w:
+        return best
+    if hi is None:
+        prev = max((x for x in widths if x < lo), default=None)
+        slope = 0.0 if prev is None else max(0.0, (times[lo] - times[prev]) / (lo - prev))
+        return max(best, times[lo] + slope * (w - lo))
+    return max(best, times[lo] + (times[hi] - times[lo]) * (w - lo) / (hi - lo))
 
 
 @dataclass(frozen=True)
@@ -193,7 +280,8 @@ def load_costs(path: str | os.PathLike, name: str = "costs") -> PassCosts:
     return PassCosts.from_json(data, f"{name} ({path})")
 
 
-_CACHE: dict[tuple[int, int], tuple[dict[int, float], bool]] = {}  # (id(model), max width) -> (widths, busy)
+# (id(model), max width) -> (one row's widths, {B: widths} of several rows, busy)
+_CACHE: dict[tuple[int, int], tuple[dict[int, float], dict[int, dict[int, float]], bool]] = {}
 _STEP_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter -> (step / one-token pass, busy)
 
 
@@ -217,15 +305,14 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
             return stored
         key = (id(target.model), max_width)
         cached = _CACHE.get(key)
-        if cached is None or stored_busy or (cached[1] and not busy):  # never reuse busy widths as quiet
-            cached = _CACHE[key] = (_time_widths(target, max_width), busy)
-        widths, widths_busy = cached
+        if cached is None or stored_busy or (cached[2] and not busy):  # never reuse busy widths as quiet
+            cached = _CACHE[key] = (_time_widths(target, max_width), _time_rows(target, max_width), busy)
+        widths, rows, widths_busy = cached
         ratio, ratio_busy = _draft_ratio(target, drafter, busy)
         verify = dict(widths)
-        costs = PassCosts(verify, ratio * verify[1])
+        costs = PassCosts(verify, ratio * verify[1], {b: dict(ts) for b, ts in rows.items()})
         # the table is as busy as the busiest of its parts' timings
-        _write_costs(disk_key, {"verify": costs.verify, "draft_step": costs.draft_step,
-                                "busy": widths_busy or ratio_busy})
+        _write_costs(disk_key, {**costs.to_json(), "busy": widths_busy or ratio_busy})
     return costs
 
 
@@ -266,7 +353,9 @@ def _stored(key: str) -> tuple[PassCosts | None, bool]:
     was timed on a busy machine."""
     entry = _read_costs().get(key)
     try:
-        costs = PassCosts({int(w): float(t) for w, t in entry["verify"].items()}, float(entry["draft_step"]))
+        costs = PassCosts.from_json(entry)
+        if "draft_step" not in entry or sorted(costs.rows) != list(_ROWS):  # an entry cut short: time it again
+            return None, False
         return costs, bool(entry.get("busy", False))
     except (TypeError, KeyError, AttributeError, ValueError):
         return None, False
@@ -331,6 +420,34 @@ def _time_widths(target: CausalLM, max_width: int) -> dict[int, float]:
             times[w].append(time.perf_counter() - t0)
             runner.truncate(runner.lengths - w)
     return {w: sorted(ts)[len(ts) // 2] for w, ts in times.items()}
+
+
+@torch.inference_mode()
+def _time_rows(target: CausalLM, max_width: int) -> dict[int, dict[int, float]]:
+    """Median seconds of passes of B rows x w tokens, for B in :data:`_ROWS` and the widths of
+    :data:`_ROW_WIDTHS` up to ``max_width`` with B * w <= :data:`_ROW_TOKENS` (1 and 2 always),
+    interleaved over (B, w) so that drift hits all of them alike."""
+    model = target.model
+    device = model.device
+    runners, plan = {}, []
+    for B in _ROWS:
+        runner = runners[B] = KVRunner(model, B)
+        runner.forward((torch.arange(4, 4 + _CONTEXT, device=device)[None] % target.vocab_size).expand(B, -1))
+        runner.forward(torch.full((B, 1), 7 % target.vocab_size, device=device), logits_to_keep=1)  # warm-up
+        runner.truncate(runner.lengths - 1)
+        plan += [(B, w) for w in _ROW_WIDTHS if w <= max(2, max_width) and (w <= 2 or B * w <= _ROW_TOKENS)]
+    times: dict[tuple[int, int], list[float]] = {bw: [] for bw in plan}
+    for _ in range(_REPEATS):
+        for B, w in plan:
+            feed = (torch.arange(w, device=device)[None] % target.vocab_size).expand(B, -1)
+            t0 = time.perf_counter()
+            runners[B].forward(feed, logits_to_keep=w)
+            times[B, w].append(time.perf_counter() - t0)
+            runners[B].truncate(runners[B].lengths - w)
+    out: dict[int, dict[int, float]] = {B: {} for B in _ROWS}
+    for (B, w), ts in times.items():
+        out[B][w] = sorted(ts)[len(ts) // 2]
+    return out
 
 
 def _draft_ratio(target: CausalLM, drafter: Drafter | None, busy: bool) -> tuple[float, bool]:

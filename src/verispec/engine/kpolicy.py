@@ -21,6 +21,16 @@ never live timings, and each row reads one of two (:class:`~verispec.engine.cost
 a row flagged ``fixed`` (a sampled "exact" row, whose text depends on its draft lengths) reads
 the timing-free table, the others (greedy, Gumbel: text independent of draft lengths) the
 measured one. The choice is a ``[B]`` mask applied with ``torch.where``, no per-row loop.
+
+Load: a measured row reads the measured table at the batch's real size B (the rows of the
+pass): the pass-width curve of B rows, V(B, w) / V(B, 1), against a draft step that keeps its
+ratio to a one-token pass (:meth:`~verispec.engine.costs.PassCosts.table`). A wider batch is
+less memory-bound, each extra token of its pass costs more, and its rows draft less, down to
+nothing once a pass of B rows x 2 tokens costs about twice one of B x 1; in a batch of B >= 2 a
+measured row's probe is drafted only if a surely accepted token would pay for the whole pass
+(a row's draft widens every row's pass). A ``fixed`` row reads its table for one row at every B:
+its draft lengths, hence its text, do not depend on what else runs, and it is not turned down
+under load (the price of reproducible sampled text).
 """
 
 from __future__ import annotations
@@ -111,9 +121,11 @@ class KRows:
         for the others."""
         t = CostTables.of(costs)
         B = len(self.k)
-        if t.fixed is t.measured:
-            return t.measured.table(max_w).expand(B, -1), torch.full((B,), t.measured.draft_step, dtype=torch.float64)
-        v = torch.where(self.fixed[:, None], t.fixed.table(max_w), t.measured.table(max_w))
+        measured = t.measured.table(max_w, rows=B)  # the batch's pass-width curve (see the module)
+        fixed = t.fixed.table(max_w)  # one row's, whatever the batch
+        if fixed is measured:
+            return measured.expand(B, -1), torch.full((B,), t.measured.draft_step, dtype=torch.float64)
+        v = torch.where(self.fixed[:, None], fixed, measured)
         c = torch.where(self.fixed, t.fixed.draft_step, t.measured.draft_step).to(torch.float64)
         return v, c
 
@@ -128,10 +140,16 @@ class KRows:
         return torch.minimum(k, room), torch.minimum(torch.maximum(cap, k), room)
 
     def _first_pays(self, costs: PassCosts | CostTables) -> torch.Tensor:
-        """``[B]`` bool: a first draft token is expected to raise tokens per second (or a probe is due)."""
-        a1 = self.predict(torch.zeros(len(self.k), dtype=torch.int64))
+        """``[B]`` bool: a first draft token is expected to raise tokens per second (or a probe is
+        due: in a batch of B >= 2, for a measured row only if a surely accepted token pays for
+        the whole pass, B + 1 tokens for a pass of width 2 against B for one of width 1)."""
+        B = len(self.k)
+        a1 = self.predict(torch.zeros(B, dtype=torch.int64))
         v, c = self.costs(costs, 2)
-        return ((1 + a1) * v[:, 1] > v[:, 2] + c) | (self.idle >= PROBE_EVERY)
+        probe = self.idle >= PROBE_EVERY
+        if B > 1:
+            probe &= self.fixed | ((B + 1) * v[:, 1] > B * v[:, 2] + c)
+        return ((1 + a1) * v[:, 1] > v[:, 2] + c) | probe
 
     def more(self, costs: PassCosts | CostTables) -> Callable[[int, torch.Tensor], torch.Tensor]:
         """The drafter's question after drafting token ``i`` (0-based) with confidence ``conf [B]``:

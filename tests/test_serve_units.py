@@ -144,3 +144,18 @@ def test_serve_command_refuses_bad_options(args, message, capsys):
 
     assert main(["serve", "--target", "/nonexistent/model", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_verify_budget_is_an_explicit_cap_off_by_default():
+    """Turning drafting down under load is the engine's K policy's job (tests/test_batch_costs.py);
+    ``--verify-budget`` stays as a cap the user asks for, 0 (none) unless given."""
+    import argparse
+
+    from verispec.serve.loadgen import _parser
+    from verispec.serve.options import add_serve_arguments
+
+    p = argparse.ArgumentParser()
+    add_serve_arguments(p)
+    assert p.parse_args([]).verify_budget == 0
+    assert p.parse_args(["--verify-budget", "32"]).verify_budget == 32
+    assert _parser("x").parse_args([]).verify_budget == 0

@@ -5,9 +5,11 @@ told a cap per row of the batch (by the scheduler, from the rows' own requests):
 
 * ``0`` for a request sent with ``"draft": "none"``: the row drafts nothing, so it is decoded
   target-only (the same counter-based draws as a decoder without a drafter: same text);
-* :func:`load_cap` for a row whose text cannot depend on its draft lengths (greedy, ``gumbel``,
-  or unseeded): drafting is turned down as the batch grows, because a verify pass of B rows x
-  (K+1) tokens costs more as B grows;
+* :func:`load_cap` (``--verify-budget``, off by default) for a row whose text cannot depend on
+  its draft lengths (greedy, ``gumbel``, or unseeded): an explicit user cap on the tokens of a
+  verify pass. Turning drafting down as the batch grows is the engine's own ``k="auto"`` policy
+  (:mod:`verispec.engine.kpolicy`: greedy and Gumbel rows weigh the measured cost of a pass of
+  the batch's real size); this cap only bounds it further;
 * no cap for a seeded ``exact`` request: its text depends on its draft lengths, which must come
   from its own history only, never from what else is running.
 

@@ -197,7 +197,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--k", default="auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--max-batch", type=int, default=16)
-    p.add_argument("--verify-budget", type=int, default=64, help="the started server's --verify-budget")
+    p.add_argument("--verify-budget", type=int, default=0,
+                   help="the started server's --verify-budget (default 0: no cap, the K policy alone)")
     p.add_argument("--workload", default="all", help="built-in workloads, comma-separated, or 'all'")
     p.add_argument("--limit", type=int, default=2, help="prompts per workload")
     p.add_argument("--concurrency", default="1,2,4,8", help="comma-separated client counts")

@@ -15,10 +15,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-batch", type=int, default=16, help="most requests running at once (rows of a step)")
     p.add_argument("--max-queue", type=int, default=64, help="most requests waiting; more are answered 429")
-    p.add_argument("--verify-budget", type=int, default=64,
-                   help="tokens per verify pass before drafting is turned down for rows whose text cannot "
-                        "change (greedy, gumbel, unseeded): such a row drafts at most budget // batch - 1 "
-                        "tokens; 0 = never cap. Seeded exact requests are never capped")
+    p.add_argument("--verify-budget", type=int, default=0,
+                   help="an explicit cap on the tokens of a verify pass for rows whose text cannot change "
+                        "(greedy, gumbel, unseeded): such a row drafts at most budget // batch - 1 tokens; "
+                        "0 (default) = no cap: --k auto already drafts less as the batch grows, from the "
+                        "measured cost of a pass of the batch's size. Seeded exact requests are never capped")
     p.add_argument("--served-model-name", default=None, help="the model id clients send (default: the target's "
                                                               "name or directory name)")
     p.add_argument("--drain-timeout", type=float, default=30.0,

@@ -322,6 +322,18 @@ def test_gumbel_ties_at_large_v_catch_a_search_that_prunes_too_much():
         assert large.gumbel_tie_mismatches(p) > 0
 
 
+def test_gumbel_whole_vector_fallback_at_large_v_is_checked(monkeypatch):
+    """The large_v case reaches the search's whole-vector fallback (a row with a heavy token in every
+    block) and catches a fallback that ignores p."""
+    taken = []
+    real = rng._argmax_rows
+    monkeypatch.setattr(rng, "_argmax_rows", lambda *a: taken.append(a[2].numel()) or real(*a))
+    assert large.run_large("gumbel", LARGE_V, 1, 0, torch.float64)[2] == 0
+    assert sum(taken) > 0
+    monkeypatch.setattr(rng, "_argmax_rows", lambda probs, noise, rows: noise.rows(rows, probs.shape[-1]).argmax(-1))
+    assert large.run_large("gumbel", LARGE_V, 1, 0, torch.float64)[2] > 0
+
+
 @pytest.mark.parametrize("method", ["exact", "gumbel"])
 def test_large_vocabulary_case_is_exact(method):
     res = run_case(CertCase(method, "large_v", LARGE_V, 1, 1))

@@ -15,9 +15,9 @@ A full enumeration of sequences is out of reach there, so a ``large_v`` case che
   of 2,085 terms, 2,085 ulp; exactly at a boundary the two searches may differ: their float64
   cumulative sums round differently, which moves cell ends by about an ulp.);
 * pathwise, :func:`verispec.rng.gumbel_argmax` (the shipped search, real counter-based noise)
-  against :func:`verispec.rng.gumbel_argmax_reference` on target rows under many seeds, and on the
-  same rows with the runner-up moved to within 1e-6 (float32) / 1e-9 (float64) of a tie with the
-  winner, on either side.
+  against :func:`verispec.rng.gumbel_argmax_reference` on target rows and a row with a heavy token
+  in every block (the search's whole-vector fallback) under many seeds, and on the same rows with the runner-up moved to within 1e-6
+  (float32) / 1e-9 (float64) of a tie with the winner, on either side.
 """
 
 from __future__ import annotations
@@ -134,5 +134,12 @@ def run_large(method: str, V: int, k: int, seed: int, dtype: torch.dtype) -> tup
     pathwise = inverse_cdf_boundary_mismatches(torch.cat([p.double(), residual]) if dtype == torch.float64 else p)
     if dtype != torch.float64:
         pathwise += inverse_cdf_boundary_mismatches(residual)
-    pathwise += gumbel_tie_mismatches(p)
+    # and a row with one heavy token in every block (1e-3 elsewhere): every block's bound stays high, so
+    # most blocks stay in play and the search draws the whole vector instead (its fallback)
+    gen = torch.Generator().manual_seed(seed)
+    flat = torch.full((1, V), 1e-3, dtype=torch.float64)
+    heavy = torch.arange(0, V, rng.GUMBEL_BLOCK) + torch.randint(0, rng.GUMBEL_BLOCK, (-(-V // rng.GUMBEL_BLOCK),),
+                                                                 generator=gen)
+    flat[0, heavy.clamp(max=V - 1)] = 1.0
+    pathwise += gumbel_tie_mismatches(torch.cat([p, (flat / flat.sum()).to(dtype)]))
     return tv, probes, pathwise

@@ -46,7 +46,8 @@ __all__ = ["Verification", "verify", "verify_draft", "verify_argmax", "merge_row
 
 METHODS = ("exact", "gumbel")
 
-#: Rows of ``target_probs``/``draft_probs`` must sum to 1 within this absolute tolerance.
+#: Rows of ``target_probs``/``draft_probs`` must sum to 1 within this absolute tolerance (they are then
+#: read as ``p / sum(p)``: see :func:`verify`).
 SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-3}
 _LOW_PRECISION_SUM_TOLERANCE = 1e-2  # float16 / bfloat16
 

@@ -5,7 +5,9 @@
 * :mod:`.cells` - the exact law of the real :func:`verispec.verify` (and the drafter's sampling
   step) by enumerating the cells of its draws;
 * :mod:`.symbolic` - the same law for the rule itself, from the reference primitives;
-* :mod:`.grid` - modes x edge cases x V x K against the target's law (``verispec certify``);
+* :mod:`.large` - V = 2,085 (two-level inverse CDF, many Gumbel blocks): one pass's exact law and
+  pathwise checks at every CDF boundary and near Gumbel ties, in float32 and float64;
+* :mod:`.grid` - modes x edge cases x dtype x V x K against the target's law (``verispec certify``);
 * :mod:`.mutants` - deliberately wrong verifiers that the grid must catch (``--mutants``).
 """
 

@@ -7,15 +7,21 @@ a small table model the law of what the real code emits is a finite sum: enumera
 branch (the drafter's own sampling cells, driven through :func:`verispec.drafters.sample_draft`),
 every accept/reject pattern and every emitted token's cell, call the real vectorised ``verify`` at
 one point inside each cell combination (all of them in one batched call, ragged rows and all),
-and weight its output by the cells' probabilities. :func:`shipped_distribution` does this pass by
-pass until N tokens are out, giving the law of the emitted sequence, which the grid compares with
+and weight its output by the cells' probabilities. Greedy setups (temperature 0) take their law from
+:func:`verispec.verify.verify_argmax` on the engine's argmax of the logits (what the engine runs for
+greedy chains), and ``verify`` must agree with it on every row; Gumbel cells run the shipped search
+:func:`verispec.rng.gumbel_argmax` on noise chosen inside the cell (:class:`TableUniforms`). p and q
+are computed in the setup's dtype (float32 is the engine's) by the shipped transform.
+:func:`shipped_distribution` does this pass by pass until N tokens are out, giving the law of the emitted sequence, which the grid compares with
 the target's own sequence law (:mod:`verispec.certify.grid`).
 
 The cell boundaries come from the float64 reference (:mod:`verispec.certify.reference`). That the
 shipped code really is constant on each cell is checked too: every combination is run three times,
 at the cells' midpoints and at points a fraction :data:`DELTA` of the width inside either end of
 every cell (draws the rule must ignore get far-apart values), with ``validate`` and the greedy
-detection switched between the runs; any row whose output differs is a *probe mismatch*.
+detection switched between the runs; any row whose output differs is a *probe mismatch*. (So a
+cell end that the code moves by less than DELTA of the cell's width is not seen: the accept test
+on unnormalised float32 rows, off by ~1e-7, is caught only through bfloat16 rows, off by ~1e-3.)
 """
 
 from __future__ import annotations

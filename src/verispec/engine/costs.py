@@ -64,8 +64,9 @@ _DRAFT_REPEATS = 11
 _ROWS = (2, 4, 8, 16)
 _ROW_WIDTHS = (1, 2, 3, 5, 9, 13)
 _ROW_TOKENS = 40
+_ROW_CONTEXT = 16  # tokens of context behind passes of several rows (their prefill is most of the timing's time)
 _METHOD = (f"draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it; rows {_ROWS} widths "
-           f"{_ROW_WIDTHS} up to {_ROW_TOKENS} tokens")
+           f"{_ROW_WIDTHS} up to {_ROW_TOKENS} tokens after {_ROW_CONTEXT}")
 # The reference model (no timing): v(w) / v(1) = 1 + slope (w - 1); a draft step costs the ratio
 # of bytes read plus a fixed overhead. On the 2-core CPUs of BENCHMARKS.md the measured tables
 # read v(5) 1.07-1.37, v(9) 1.31-1.58, v(16) 1.85 one-token passes, and an EAGLE head's step
@@ -432,7 +433,7 @@ def _time_rows(target: CausalLM, max_width: int) -> dict[int, dict[int, float]]:
     runners, plan = {}, []
     for B in _ROWS:
         runner = runners[B] = KVRunner(model, B)
-        runner.forward((torch.arange(4, 4 + _CONTEXT, device=device)[None] % target.vocab_size).expand(B, -1))
+        runner.forward((torch.arange(4, 4 + _ROW_CONTEXT, device=device)[None] % target.vocab_size).expand(B, -1))
         runner.forward(torch.full((B, 1), 7 % target.vocab_size, device=device), logits_to_keep=1)  # warm-up
         runner.truncate(runner.lengths - 1)
         plan += [(B, w) for w in _ROW_WIDTHS if w <= max(2, max_width) and (w <= 2 or B * w <= _ROW_TOKENS)]

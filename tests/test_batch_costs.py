@@ -83,6 +83,34 @@ def test_greedy_rows_draft_less_as_the_batch_grows_and_nothing_at_16_rows():
     assert _lengths(k, STEEP).tolist() == [0] * 16
 
 
+def test_the_measured_rows_of_a_batch_decide_together():
+    """The pass is as wide as the longest draft: in a batch, a row whose next token pays for
+    itself alone does not draft it when it does not pay for the batch's pass, and a row drafts
+    on (for free) when the batch's tokens pay for the wider pass. Alone, each row decides alone."""
+    mid = PassCosts({w: 1.0 + 0.1 * (w - 1) for w in range(1, 16)}, draft_step=0.2)
+    conf = torch.tensor([0.99, 0.02], dtype=torch.float64)
+    alone = [KRows(8) for _ in range(2)]
+    for k in alone:
+        k.add(["auto"])
+    assert [k.more(mid)(0, conf[i:i + 1]).item() for i, k in enumerate(alone)] == [True, False]
+    pair = KRows(8)
+    pair.add(["auto", "auto"])
+    assert pair.more(mid)(0, conf).tolist() == [False, False]  # 3.5 tokens / 1.6 < 3 / 1.3
+    sure = torch.tensor([0.99, 0.99], dtype=torch.float64)
+    assert pair.more(mid)(0, sure).tolist() == [True, True]
+    mixed = KRows(8)
+    mixed.add(["auto", "auto"], fixed=[True, False])  # a seeded exact row widens the pass on its own
+    assert mixed.more(mid)(0, conf).tolist() == [True, True]
+    first = KRows(8)
+    first.add(["auto"] * 4)
+    first.tried[:2, 0], first.passed[:2, 0] = 100.0, 95.0  # two rows whose first drafts pass, two whose fail
+    first.tried[2:, 0], first.passed[2:, 0] = 100.0, 2.0
+    room = torch.full((4,), 20)
+    assert first.ask(room, mid, scoring=False)[0].tolist() == [8] * 4  # (4 + 1.9) / (1.1 + 0.2) > 4 / 1
+    first.tried[:2, 0], first.passed[:2, 0] = 100.0, 40.0
+    assert first.ask(room, mid, scoring=False)[0].tolist() == [0] * 4  # (4 + 0.86) / 1.3 < 4
+
+
 def test_seeded_exact_rows_draft_the_same_at_any_batch_size():
     """Rows flagged ``fixed`` read one row's table whatever the batch (here: the reference
     table, and a pinned table with several rows); their probes come as alone."""

@@ -28,7 +28,10 @@ ratio to a one-token pass (:meth:`~verispec.engine.costs.PassCosts.table`). A wi
 less memory-bound, each extra token of its pass costs more, and its rows draft less, down to
 nothing once a pass of B rows x 2 tokens costs about twice one of B x 1; in a batch of B >= 2 a
 measured row's probe is drafted only if a surely accepted token would pay for the whole pass
-(a row's draft widens every row's pass). A ``fixed`` row reads its table for one row at every B:
+(a row's draft widens every row's pass). In a batch the measured auto rows decide together
+(the pass is as wide as its longest draft and a draft step runs every row): they draft a first
+token, and each next one, while the batch's expected tokens over its pass cost rise, all of its
+rows counted. A ``fixed`` row reads its table for one row at every B:
 its draft lengths, hence its text, do not depend on what else runs, and it is not turned down
 under load (the price of reproducible sampled text).
 """
@@ -137,7 +140,17 @@ class KRows:
         k = torch.where(self.auto, torch.where(self._first_pays(costs), self.max_k, 0), self.k) if self.any_auto \
             else self.k
         cap = torch.where(self.auto, self.max_k, self.k) if scoring else k
-        return torch.minimum(k, room), torch.minimum(torch.maximum(cap, k), room)
+        self.asked = torch.minimum(k, room)  # what :meth:`more` counts on (rows draft token i while i < asked)
+        return self.asked, torch.minimum(torch.maximum(cap, k), room)
+
+    def _pooled(self) -> torch.Tensor | None:
+        """``[B]`` bool, the measured auto rows of a batch of B >= 2 (None if there are none, or
+        B = 1): they decide together, because the pass is as wide as its longest draft (every
+        row pays for it) and a draft step runs every row."""
+        if len(self.k) < 2:
+            return None
+        group = self.auto & ~self.fixed
+        return group if bool(group.any()) else None
 
     def _first_pays(self, costs: PassCosts | CostTables) -> torch.Tensor:
         """``[B]`` bool: a first draft token is expected to raise tokens per second (or a probe is
@@ -147,9 +160,19 @@ class KRows:
         a1 = self.predict(torch.zeros(B, dtype=torch.int64))
         v, c = self.costs(costs, 2)
         probe = self.idle >= PROBE_EVERY
-        if B > 1:
-            probe &= self.fixed | ((B + 1) * v[:, 1] > B * v[:, 2] + c)
-        return ((1 + a1) * v[:, 1] > v[:, 2] + c) | probe
+        own = ((1 + a1) * v[:, 1] > v[:, 2] + c) | probe
+        group = self._pooled()
+        if group is None:
+            return own
+        # The measured rows' first tokens, together: the batch emits B tokens from a pass of width
+        # 1, or B + (their acceptances) from one of width 2 and a draft step (per row: v, c of
+        # their table, the batch's). Free where another row widens the pass anyway.
+        g = group.nonzero()[0, 0]
+        v1, v2, cg = v[g, 1], v[g, 2], c[g]
+        wide = bool((own & self.auto & self.fixed).any() | (~self.auto & (self.k > 0)).any())
+        pays = wide or bool((B + (a1 * group).sum()) * v1 > B * (v2 + cg))
+        sure = bool((B + 1) * v1 > B * (v2 + cg))  # a probe: one surely accepted token pays for the pass
+        return torch.where(group, pays | (probe & sure), own)
 
     def more(self, costs: PassCosts | CostTables) -> Callable[[int, torch.Tensor], torch.Tensor]:
         """The drafter's question after drafting token ``i`` (0-based) with confidence ``conf [B]``:
@@ -157,17 +180,31 @@ class KRows:
         v, c = self.costs(costs, self.max_k + 2)  # [B, max_k + 3] seconds per verify width, [B]
         B = len(self.k)
         P = self.predict(torch.zeros(B, dtype=torch.int64))  # P(token 0 accepted)
-        E = 1 + P  # expected tokens of the pass with token 0 verified
-        state = {"P": P, "E": E}
+        asked = getattr(self, "asked", None)
+        if asked is None or len(asked) != B:
+            asked = torch.full((B,), self.max_k, dtype=torch.int64)
+        E = 1 + torch.where(asked > 0, P, 0.0)  # expected tokens of the pass with token 0 verified
+        group = self._pooled()
+        g = None if group is None else group.nonzero()[0, 0]
+        state = {"P": P, "E": E, "going": asked > 0}
 
         def more(i: int, conf: torch.Tensor) -> torch.Tensor:
             j = i + 1  # tokens drafted so far
+            going = state["going"] & (asked > j)  # rows that would draft token j
             P_next = state["P"] * self.predict(buckets_of(conf.detach().double().cpu()))
             cost = v[:, min(j + 1, v.shape[1] - 1)] + j * c
             cost_next = v[:, min(j + 2, v.shape[1] - 1)] + (j + 1) * c
             go = (state["E"] + P_next) * cost > state["E"] * cost_next  # the rate rises
-            state["P"], state["E"] = P_next, state["E"] + P_next
-            return go | ~self.auto
+            if group is not None:  # the batch's rate: all its rows' tokens over its pass (see _pooled)
+                total = state["E"].sum()
+                gain = (P_next * (group & going)).sum()
+                wide = bool((going & ((go & self.auto & self.fixed) | ~self.auto)).any())
+                pays = wide or bool((total + gain) * cost[g] > total * cost_next[g])
+                go = torch.where(group, pays, go)
+            go = go | ~self.auto
+            state["going"] = going & go
+            state["P"], state["E"] = P_next, torch.where(state["going"], state["E"] + P_next, state["E"])
+            return go
 
         return more
 

@@ -379,3 +379,50 @@ def test_smollm2_logits_are_batch_invariant_and_the_timed_kernels_are_not() -> N
     assert _model_variants_equal(inv.model, inv.vocab_size) == []
     timed = load_causal_lm("smollm2-135m", kernel_choice="measured")
     assert _model_variants_equal(timed.model, timed.vocab_size) != []
+
+
+# ----------------------------------------------------------------------------------------------
+# choosing the kernels
+
+
+def test_invariant_is_the_default_and_gives_way_only_where_it_cannot_run(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Unasked, a float32 model gets the invariant kernels; a bfloat16 one (a data run) or one
+    loaded without its fast paths gets the measured ones; without the compiled kernels the default
+    warns once and runs measured, while asking for "invariant" by name is a ModelLoadError."""
+    from verispec.models import ModelLoadError, kernel_report
+    from verispec.testing import save_tiny_llama
+
+    monkeypatch.delenv("VERISPEC_KERNEL_CHOICE", raising=False)
+    monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
+    path = save_tiny_llama(tmp_path / "m", dtype=torch.float32)
+    if load_panel() is None or load_attend() is None:
+        pytest.skip("the compiled kernels cannot be built here")
+    assert kernel_report(load_causal_lm(path)).get("choice") == "invariant"
+    assert kernel_report(load_causal_lm(path, dtype=torch.bfloat16)).get("choice") != "invariant"
+    assert kernel_report(load_causal_lm(path, fast_linears=False)).get("choice") != "invariant"
+    monkeypatch.setenv("VERISPEC_NO_EXTENSIONS", "1")
+    from verispec.models import kernels
+
+    monkeypatch.setattr(kernels, "_WARNED", set())
+    with pytest.warns(RuntimeWarning, match="batch-invariant kernels unavailable"):
+        lm = load_causal_lm(path)
+    assert kernel_report(lm).get("choice") == "measured"
+    with pytest.raises(ModelLoadError, match="kernel_choice='invariant'.*compiled"):
+        load_causal_lm(path, kernel_choice="invariant")
+    with pytest.raises(ModelLoadError, match="kernel_choice"):
+        load_causal_lm(path, kernel_choice="fastest")
+
+
+def test_cli_kernels_option(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``--kernels`` is offered by generate, bench and serve, names its choices, and refuses others."""
+    from verispec.cli import main
+
+    monkeypatch.delenv("VERISPEC_KERNEL_CHOICE", raising=False)
+    for command in ("generate", "bench", "serve"):
+        with pytest.raises(SystemExit) as e:
+            main([command, "--help"])
+        assert e.value.code == 0 and "--kernels {invariant,measured,fixed}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "x", "--kernels", "fastest"])
+    assert e.value.code == 2 and "--kernels: invalid choice: 'fastest'" in capsys.readouterr().err

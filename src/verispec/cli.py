@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -37,7 +38,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if getattr(args, "kernels", None):  # every model this process loads (target, draft model, EAGLE head)
+        os.environ["VERISPEC_KERNEL_CHOICE"] = args.kernels
     return run_command(args.command, lambda: args.func(args))
+
+
+def add_kernels_argument(p: argparse.ArgumentParser) -> None:
+    """``--kernels``: how every model the command loads computes on the CPU."""
+    p.add_argument("--kernels", choices=["invariant", "measured", "fixed"],
+                   help="CPU kernels of every model loaded: 'invariant' (a row's logits are the same bits "
+                        "whatever its pass width and batch: greedy text equals target-only even at near-ties), "
+                        "'measured' (the fastest timed on this machine) or 'fixed' (default: "
+                        "$VERISPEC_KERNEL_CHOICE, else 'measured')")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--stream", action="store_true", help="print text as tokens are accepted")
     g.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
     g.add_argument("--baseline", action="store_true", help="also run target-only decoding and report the speedup")
+    add_kernels_argument(g)
     g.set_defaults(func=_cmd_generate)
 
     from .bench import add_bench_arguments
@@ -80,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("suite", nargs="?", choices=["generate", "verify"], default="generate",
                    help="'generate' (default): end-to-end decoding; 'verify': the verifier micro-benchmark")
     add_bench_arguments(b)
+    add_kernels_argument(b)
     b.set_defaults(func=_cmd_bench)
 
     d = sub.add_parser("distill", help="train a small draft model to imitate a target",
@@ -99,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="an OpenAI-compatible server (continuous batching, speculative decoding)",
                        epilog="load test: verispec bench serve --help")
     add_serve_arguments(s)
+    add_kernels_argument(s)
     s.set_defaults(func=_cmd_serve)
     return p
 

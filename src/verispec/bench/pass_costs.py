@@ -10,6 +10,14 @@ the median milliseconds per width and their ratio (invariant / fastest), and the
 difference between the two (the fastest kernels are not bitwise the invariant ones).
 
     python -m verispec.bench.pass_costs [--context 250] [--max-width 16] [--rounds 15] [--rows 1]
+
+With ``--speedup``, instead: the default drafter (``k=auto``, greedy) against target-only decoding
+with each kernel choice, over built-in workloads, the four configurations run in turn on every
+prompt (rotating their order); per choice the speedup (ratio of mean tokens per second, as
+Spec-Bench), whether every speculative text equals its target-only text, and whether the two
+choices' texts agree.
+
+    python -m verispec.bench.pass_costs --speedup [--workload all] [--limit 2] [--max-new-tokens 96]
 """
 
 from __future__ import annotations
@@ -64,13 +72,92 @@ def pass_costs(context: int = 250, max_width: int = 16, rounds: int = 15, rows: 
     return table
 
 
+def speedups(workload: str = "all", limit: int = 2, max_new_tokens: int = 96, repeats: int = 1,
+             target: str = "smollm2-135m", drafter: str = "default") -> dict:
+    """Per kernel choice ("measured", "invariant"): ``{"speedup", "spec_tok_s", "target_tok_s",
+    "greedy_equal"}`` over the first ``limit`` prompts of each workload, plus per category
+    speedups and ``"choices_agree"`` (both choices emitted the same tokens)."""
+    from verispec import SamplingParams, SpeculativeDecoder
+    from verispec.drafters import make_drafter
+    from verispec.workloads import load_workload
+
+    prompts = []
+    for name in (workload.split(",") if workload != "all" else [None]):
+        ps = load_workload(name or "all")
+        cats: dict[str, int] = {}
+        for p in ps:
+            if cats.get(p.category, 0) < limit:
+                prompts.append(p)
+                cats[p.category] = cats.get(p.category, 0) + 1
+    greedy = SamplingParams(temperature=0)
+    decs = {}
+    for choice in ("measured", "invariant"):
+        lm = load_causal_lm(target, kernel_choice=choice)
+        import os
+        os.environ["VERISPEC_KERNEL_CHOICE"] = choice  # the drafter's models, as --kernels does
+        decs[(choice, "spec")] = SpeculativeDecoder(lm, make_drafter(drafter, target=target), k="auto")
+        decs[(choice, "target")] = SpeculativeDecoder(lm, None)
+    order = list(decs)
+    secs: dict[tuple, dict[str, float]] = {key: {} for key in order}
+    toks: dict[tuple, dict[str, int]] = {key: {} for key in order}
+    out: dict[tuple, list] = {key: [] for key in order}
+    for i, p in enumerate(prompts):
+        for r in range(repeats):
+            rot = order[(i + r) % len(order):] + order[:(i + r) % len(order)]
+            for key in rot:
+                ids = decs[key].encode([p.text], chat=p.chat)
+                t0 = time.perf_counter()
+                res = decs[key].generate(ids, max_new_tokens, greedy)
+                dt = time.perf_counter() - t0
+                secs[key][p.category] = secs[key].get(p.category, 0.0) + dt
+                toks[key][p.category] = toks[key].get(p.category, 0) + len(res.token_ids[0])
+                if r == 0:
+                    out[key].append(res.token_ids[0])
+    report: dict = {"prompts": len(prompts), "choices_agree": out[("measured", "spec")] == out[("invariant", "spec")]}
+    for choice in ("measured", "invariant"):
+        spec, base = (choice, "spec"), (choice, "target")
+        rate = {key: sum(toks[key].values()) / sum(secs[key].values()) for key in (spec, base)}
+        report[choice] = {"speedup": rate[spec] / rate[base], "spec_tok_s": rate[spec], "target_tok_s": rate[base],
+                          "greedy_equal": out[spec] == out[base],
+                          "per_category": {c: (toks[spec][c] / secs[spec][c]) / (toks[base][c] / secs[base][c])
+                                           for c in secs[spec]}}
+    return report
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m verispec.bench.pass_costs", description=__doc__.split("\n\n")[0])
     ap.add_argument("--context", type=int, default=250, help="tokens in the cache before each pass")
     ap.add_argument("--max-width", type=int, default=16, help="passes of 1..N tokens")
     ap.add_argument("--rounds", type=int, default=15, help="timed rounds (medians)")
     ap.add_argument("--rows", type=int, default=1, help="rows per pass (a batch)")
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--speedup", action="store_true", help="the default drafter's speedup with each kernel choice")
+    ap.add_argument("--workload", default="all", help="--speedup: built-in workloads (comma-separated or all)")
+    ap.add_argument("--limit", type=int, default=2, help="--speedup: prompts per workload")
+    ap.add_argument("--max-new-tokens", type=int, default=96, help="--speedup: tokens per generation")
+    ap.add_argument("--repeats", type=int, default=1, help="--speedup: timed generations per prompt and config")
     args = ap.parse_args(argv)
+    if args.threads < 0:
+        ap.error("--threads must be >= 0")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.speedup:
+        for name in ("limit", "max_new_tokens", "repeats"):
+            if getattr(args, name) < 1:
+                ap.error(f"--{name.replace('_', '-')} must be >= 1")
+        rep = speedups(args.workload, args.limit, args.max_new_tokens, args.repeats)
+        print(f"{cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads; {rep['prompts']} prompts "
+              f"({args.workload}, {args.limit} each), {args.max_new_tokens} tokens, greedy, default drafter, k=auto")
+        cats = list(rep["measured"]["per_category"])
+        print("| kernels | target-only tok/s | speculative tok/s | speedup | " + " | ".join(cats) + " | greedy = target-only |")
+        print("|---|---|---|---|" + "---|" * len(cats) + "---|")
+        for choice in ("measured", "invariant"):
+            r = rep[choice]
+            print(f"| {choice} | {r['target_tok_s']:.2f} | {r['spec_tok_s']:.2f} | {r['speedup']:.2f}x | "
+                  + " | ".join(f"{r['per_category'][c]:.2f}x" for c in cats) + f" | {r['greedy_equal']} |")
+        print(f"invariant / measured speedup: {rep['invariant']['speedup'] / rep['measured']['speedup']:.3f}; "
+              f"the two choices' texts agree: {rep['choices_agree']}")
+        return
     for name in ("context", "max_width", "rounds", "rows"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")

@@ -400,6 +400,9 @@ def _kernels_line(k: dict) -> str:
     if not k or k.get("choice") is None:
         return "plain (no CPU kernel)"
     parts = [k["choice"]]
+    if k["choice"] == "invariant":  # one kernel for every linear and row count, and the attend kernel
+        return "invariant (panel linears and head for every row count, attend attention)" + (
+            f"; draft weights {k['eagle']['weights']}" if k.get("eagle") else "")
     plain = []
     for shape, v in (k.get("linears") or {}).items():
         used = [f"{name} for {_ranges(rows)} rows" for name in ("packed", "rowdot")

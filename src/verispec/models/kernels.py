@@ -103,28 +103,43 @@ def apply_cpu_kernels(model: nn.Module, *, head: bool = True, linears: bool = Tr
                       attention: bool = True, choice: str | None = None) -> tuple[str, ...]:
     """Install the chosen CPU kernels on ``model`` (in place) if it lies on the CPU.
 
-    ``head``: a faster output head (:func:`fast_lm_head`'s ``(W @ x.T).T``); ``linears``:
-    oneDNN-packed weights for few-row inputs (:func:`fast_small_linears`); ``attention``:
-    :func:`gqa_attention`, then Llama decoder layers without HF's per-call wrappers
-    (:func:`~verispec.models.lean.lean_layers`, bit-identical) (applied in that order, as
-    :data:`KERNELS` lists them). ``choice``
-    (default :func:`kernel_choice`, i.e. ``$VERISPEC_KERNEL_CHOICE`` or ``"measured"``):
-    ``"measured"`` installs the head and linear kernels only for the row counts where they
-    measured faster on this machine (:func:`measured_linears`); ``"fixed"`` installs
-    :func:`fast_lm_head` and :func:`fast_small_linears` as tuned on one AMD EPYC. A model on
-    any other device (CUDA, MPS, meta, ...) keeps its plain HF modules. Returns the names of the
-    kernels that changed the model (a measured choice that keeps every linear plain installs
-    neither ``"fast_lm_head"`` nor ``"fast_small_linears"``).
+    ``choice`` (default :func:`kernel_choice`: ``$VERISPEC_KERNEL_CHOICE``, else ``"invariant"``):
+
+    * ``"invariant"``: :func:`invariant_kernels`, then :func:`~verispec.models.lean.lean_layers`:
+      a row's logits are the same bits whatever the width of its pass and whatever else is in
+      its batch. Asked for explicitly it installs all of them or raises
+      :class:`InvariantKernelsUnavailable`; as the default it gives way to ``"measured"`` for a
+      model it does not cover (not float32: a bfloat16 data run) or when ``head``, ``linears`` or
+      ``attention`` is turned off, and, warning once, where its compiled kernels cannot be built.
+    * ``"measured"``: ``head`` (a faster output head, :func:`fast_lm_head`'s ``(W @ x.T).T``) and
+      ``linears`` (oneDNN-packed weights, rowdot) only for the row counts where they measured
+      faster on this machine (:func:`measured_linears`); ``attention``: :func:`gqa_attention`,
+      then ``lean_layers`` (bit-identical to HF's).
+    * ``"fixed"``: :func:`fast_lm_head` and :func:`fast_small_linears` as tuned on one AMD EPYC.
+
+    A model on any other device (CUDA, MPS, meta, ...) keeps its plain HF modules. Returns the
+    names of the kernels that changed the model (a measured choice that keeps every linear plain
+    installs neither ``"fast_lm_head"`` nor ``"fast_small_linears"``).
     """
     if model_device(model).type != "cpu":
         return ()
+    explicit = choice is not None or bool(os.environ.get("VERISPEC_KERNEL_CHOICE"))
     choice = kernel_choice(choice)
     done: list[str] = []
     if choice == "invariant":
-        done.extend(invariant_kernels(model, attention=attention))
-        if attention and lean_layers(model):
-            done.append("lean_layers")
-        return tuple(done)
+        floats = {p.dtype for p in model.parameters() if p.dtype.is_floating_point}
+        if explicit or (head and linears and attention and floats <= {torch.float32}):
+            try:
+                done.extend(invariant_kernels(model, attention=attention))
+            except InvariantKernelsUnavailable as e:
+                if explicit:
+                    raise
+                _warn_once(f"verispec: batch-invariant kernels unavailable ({e}); using the measured ones")
+            else:
+                if attention and lean_layers(model):
+                    done.append("lean_layers")
+                return tuple(done)
+        choice = "measured"
     if choice == "fixed":
         if head and fast_lm_head(model):
             done.append("fast_lm_head")
@@ -141,15 +156,25 @@ def apply_cpu_kernels(model: nn.Module, *, head: bool = True, linears: bool = Tr
     return tuple(done)
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
 def kernel_choice(choice: str | None = None) -> str:
-    """``choice``, else ``$VERISPEC_KERNEL_CHOICE``, else ``"measured"``; one of :data:`KERNEL_CHOICES`.
+    """``choice``, else ``$VERISPEC_KERNEL_CHOICE``, else ``"invariant"``; one of :data:`KERNEL_CHOICES`.
 
     ``"invariant"``: batch-invariant kernels (:func:`invariant_kernels`): a row's logits do not
-    depend on how many tokens or rows share its pass; ``"measured"``: linear kernels (and the EAGLE head's draft weights, ``bind_eagle(...,
-    weights="auto")``) chosen by timing them on this machine; ``"fixed"``: the choices tuned on
-    one AMD EPYC (packed weights for 2-16 rows, the head packed for 1-32 rows, float16 draft
-    weights where fbgemm exists), kept for A/B comparisons."""
-    choice = choice if choice is not None else (os.environ.get("VERISPEC_KERNEL_CHOICE") or "measured")
+    depend on how many tokens or rows share its pass (compiled kernels; no timing);
+    ``"measured"``: linear kernels chosen per row count by timing them on this machine;
+    ``"fixed"``: the choices tuned on one AMD EPYC (packed weights for 2-16 rows, the head packed
+    for 1-32 rows), kept for A/B comparisons. (The EAGLE head's draft weights follow a rule on
+    the CPU's flags under every choice: ``verispec.eagle.capability_draft_weights``.)"""
+    choice = choice if choice is not None else (os.environ.get("VERISPEC_KERNEL_CHOICE") or "invariant")
     if choice not in KERNEL_CHOICES:
         raise ValueError(f"kernel choice must be one of {KERNEL_CHOICES}, got {choice!r}")
     return choice
@@ -238,12 +263,15 @@ def invariant_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> 
 
 
 def _panel_call(mod: nn.Linear, panel: PanelKernel) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``x [..., in] -> [..., out]`` by the panel kernel on a packed copy of ``mod``'s weight."""
+    """``x [..., in] -> [..., out]`` by the panel kernel on a packed copy of ``mod``'s weight
+    (``F.linear`` where autograd would need a gradient: the kernel has no backward)."""
     packed = panel.pack(mod.weight)
     mod.panel_weight = packed
-    n, b = mod.out_features, mod.bias
+    w, n, b = mod.weight, mod.out_features, mod.bias
 
     def call(x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
+            return nn.functional.linear(x, w, b)
         out = panel.linear(x.reshape(-1, x.shape[-1]), packed, n, b)
         return out.reshape(*x.shape[:-1], n)
     return call

@@ -20,7 +20,7 @@ from torch import nn
 from .builtin import BUILTIN_MODELS, _builtin_dir
 from .gguf import _load_gguf
 from .hf import ModelLoadError, _has_tokenizer, _load_hf_dir, _load_tokenizer, _load_vocab_map, _quiet
-from .kernels import apply_cpu_kernels, kernel_choice as _kernel_choice
+from .kernels import InvariantKernelsUnavailable, apply_cpu_kernels, kernel_choice as _kernel_choice
 
 __all__ = ["CausalLM", "load_causal_lm"]
 
@@ -92,11 +92,15 @@ def load_causal_lm(
             decoder layers run without HF's per-call wrappers (``lean_layers``; bit-identical).
             The three ``fast_*`` kernels are CPU kernels: they are installed only when the
             loaded model lies on the CPU (``apply_cpu_kernels``).
-        kernel_choice: how ``fast_head`` and ``fast_linears`` pick their kernels per row count:
-            ``"measured"`` (timed for this model's shapes on this machine at the first load,
-            then read from ``kernels_file()``; see ``measured_linears``) or ``"fixed"`` (the
-            choices tuned on one AMD EPYC: packed for 2-16 rows, the head packed for 1-32 rows
-            and ``(W @ x.T).T`` beyond). Default: ``$VERISPEC_KERNEL_CHOICE``, else measured.
+        kernel_choice: the CPU kernels: ``"invariant"`` (the default where it applies: float32,
+            the three ``fast_*`` left on, compiled kernels available; a row's logits are the same
+            bits whatever its pass width and batch, see ``invariant_kernels``), ``"measured"``
+            (``fast_head`` and ``fast_linears`` per row count, timed for this model's shapes on
+            this machine at the first load, then read from ``kernels_file()``; see
+            ``measured_linears``) or ``"fixed"`` (the choices tuned on one AMD EPYC: packed for
+            2-16 rows, the head packed for 1-32 rows and ``(W @ x.T).T`` beyond). Default:
+            ``$VERISPEC_KERNEL_CHOICE``, else invariant. Asked for explicitly, ``"invariant"``
+            raises ``ModelLoadError`` where it cannot run (not float32, no compiler).
         slice_vocab_map: for a draft with a full output head and a ``vocab_map.safetensors``,
             keep only the mapped rows of the head (what verispec runs). False keeps the full
             head and returns ``vocab_map=None`` (what HF assisted generation needs).
@@ -107,7 +111,7 @@ def load_causal_lm(
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ModelLoadError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     try:
-        kernel_choice = _kernel_choice(kernel_choice)
+        _kernel_choice(kernel_choice)  # checked now; resolved where the kernels go in (the default may give way)
     except ValueError as e:
         raise ModelLoadError(f"kernel_choice (or $VERISPEC_KERNEL_CHOICE): {e}") from None
     name = os.fspath(name_or_path)
@@ -138,7 +142,10 @@ def load_causal_lm(
         else:
             vocab_map = None
     _finalize(model, tok, dtype)
-    apply_cpu_kernels(model, head=fast_head, linears=fast_linears, attention=fast_attention, choice=kernel_choice)
+    try:
+        apply_cpu_kernels(model, head=fast_head, linears=fast_linears, attention=fast_attention, choice=kernel_choice)
+    except InvariantKernelsUnavailable as e:
+        raise ModelLoadError(f"kernel_choice='invariant' (or $VERISPEC_KERNEL_CHOICE) cannot run here: {e}") from None
     return CausalLM(model=model, tokenizer=tok, name=name, vocab_map=vocab_map)
 
 

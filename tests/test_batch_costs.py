@@ -165,6 +165,7 @@ def _fake_timings(monkeypatch, calls: list):
     monkeypatch.setattr(costs_module, "_time_rows", lambda target, w: calls.append("rows") or
                         {B: {1: float(B), 2: 1.5 * B} for B in costs_module._ROWS})
     monkeypatch.setattr(costs_module, "_draft_ratio", lambda target, drafter, busy: (0.1, False))
+    monkeypatch.setattr(costs_module, "_draft_ratio_rows", lambda target, drafter, busy: (0.3, False))
 
 
 def test_the_rows_table_is_kept_and_a_malformed_entry_measured_again(tiny_target, tmp_path, monkeypatch):
@@ -206,3 +207,24 @@ def test_the_rows_of_a_real_model_are_timed(tiny_target, tmp_path, monkeypatch):
         assert {1, 2} <= set(widths) and all(B * w <= costs_module._ROW_TOKENS or w <= 2 for w in widths)
         assert all(t > 0 for t in widths.values())
     assert costs.rows[2].keys() == {1, 2, 3, 5, 9, 13}
+
+
+def test_one_long_draft_does_not_widen_the_pass_of_a_batch():
+    """Three greedy rows, one with an 8-token lookup match (each token 0.6 likely), the others
+    with none: a pass of 3 rows x w tokens costs 1 + 0.1 (w - 1) passes of width 1 here, so the
+    batch verifies 2 of the 8 tokens (3.96 tokens / 1.2 beats 3.6 / 1.1, 3 / 1 and 4.18 / 1.3); alone the row keeps its length; a seeded exact row's own
+    draft is kept and sets the width the others may use for free."""
+    costs = PassCosts(ONE, draft_step=0.05, rows={2: {w: 1 + 0.1 * (w - 1) for w in (1, 2)},
+                                                  4: {w: 1 + 0.1 * (w - 1) for w in (1, 2)}})
+    match = torch.full((3, 8), 0.6, dtype=torch.float64)
+    n = torch.tensor([8, 0, 0])
+    k = KRows(8)
+    k.add(["auto"] * 3)
+    cut = k.squeeze(n, match, None, costs)
+    assert cut.tolist() == [2, 0, 0]
+    alone = KRows(8)
+    alone.add(["auto"])
+    assert alone.squeeze(n[:1], match[:1], None, costs).tolist() == [8]
+    mixed = KRows(8)
+    mixed.add(["auto"] * 3, fixed=[False, True, False])
+    assert mixed.squeeze(torch.tensor([8, 5, 0]), match, None, costs).tolist() == [5, 5, 0]

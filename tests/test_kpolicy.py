@@ -244,7 +244,7 @@ def test_each_timed_draft_step_follows_a_target_pass(tiny_target, tiny_draft, tm
     monkeypatch.setattr(drafter, "propose", lambda ask: events.append("draft") or real_propose(ask))
     measure_pass_costs(tiny_target, drafter, 3)
     drafts = [i for i, e in enumerate(events) if e == "draft"]
-    assert len(drafts) == costs_module._DRAFT_REPEATS + 1
+    assert len(drafts) == 2 * (costs_module._DRAFT_REPEATS + 1)  # one row, then _DRAFT_ROWS rows
     assert all(events[i - 1] == "target" for i in drafts)
 
 
@@ -279,6 +279,7 @@ def test_the_draft_step_is_timed_against_the_pass_before_it(tiny_target, tiny_dr
     monkeypatch.setattr(costs_module.KVRunner, "forward", forward)
     monkeypatch.setattr(drafter, "propose", propose)
     monkeypatch.setattr(costs_module, "_CACHE", {})  # widths timed here: v(1) about 20 ms, no slow spell
+    monkeypatch.setattr(costs_module, "_draft_ratio_rows", lambda target, drafter, busy: (0.0, False))  # one row here
     costs = measure_pass_costs(tiny_target, drafter, 3)
     c = costs.draft_step / costs.verify[1]
     assert 0.06 < c < 0.2, c  # 2 / 20 = 0.1 (oversleeping on a busy machine adds a little); in seconds: 0.4

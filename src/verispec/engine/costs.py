@@ -64,9 +64,10 @@ _DRAFT_REPEATS = 11
 _ROWS = (2, 4, 8, 16)
 _ROW_WIDTHS = (1, 2, 3, 5, 9, 13)
 _ROW_TOKENS = 40
+_DRAFT_ROWS = 8  # a draft step is timed for one row and for this many (interpolated between, constant beyond)
 _ROW_CONTEXT = 16  # tokens of context behind passes of several rows (their prefill is most of the timing's time)
 _METHOD = (f"draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it; rows {_ROWS} widths "
-           f"{_ROW_WIDTHS} up to {_ROW_TOKENS} tokens after {_ROW_CONTEXT}")
+           f"{_ROW_WIDTHS} up to {_ROW_TOKENS} tokens after {_ROW_CONTEXT}; draft steps of 1 and {_DRAFT_ROWS} rows")
 # The reference model (no timing): v(w) / v(1) = 1 + slope (w - 1); a draft step costs the ratio
 # of bytes read plus a fixed overhead. On the 2-core CPUs of BENCHMARKS.md the measured tables
 # read v(5) 1.07-1.37, v(9) 1.31-1.58, v(16) 1.85 one-token passes, and an EAGLE head's step
@@ -90,6 +91,7 @@ class PassCosts:
     verify: dict[int, float] = field(default_factory=dict)
     draft_step: float = 0.0
     rows: dict[int, dict[int, float]] = field(default_factory=dict)
+    draft_rows: dict[int, float] = field(default_factory=dict)  # B -> seconds of a draft step of B rows
     _memo: dict = field(default_factory=dict, compare=False, repr=False)  # (max_w, B) -> table
 
     def verify_cost(self, w: int) -> float:
@@ -127,11 +129,28 @@ class PassCosts:
             return v_lo
         return v_lo + (_curve(self.rows[hi], w) - v_lo) * (B - lo) / (hi - lo)
 
+    def draft_cost(self, B: int) -> float:
+        """A draft step for one row of a batch of ``B`` rows, in the units of :meth:`table`
+        (``rows=B``): v(1) D(B) / V(B, 1), the ratio of a draft step of B rows to a one-token
+        pass of B rows interpolated linearly in B between the timed sizes (1: ``draft_step``;
+        beyond the largest, its ratio)."""
+        if B <= 1 or not self.rows or not self.draft_rows:
+            return self.draft_step
+        v1 = self.verify_cost(1)
+        points = {1: self.draft_step / v1, **{b: t / self.batch_cost(b, 1) for b, t in self.draft_rows.items()}}
+        sizes = sorted(points)
+        lo = max(x for x in sizes if x <= B)
+        hi = min((x for x in sizes if x > B), default=None)
+        r = points[lo] if hi is None else points[lo] + (points[hi] - points[lo]) * (B - lo) / (hi - lo)
+        return r * v1
+
     def to_json(self) -> dict:
         """What :func:`load_costs` reads."""
         out = {"verify": {str(w): t for w, t in sorted(self.verify.items())}, "draft_step": self.draft_step}
         if self.rows:
             out["rows"] = {str(b): {str(w): t for w, t in sorted(ts.items())} for b, ts in sorted(self.rows.items())}
+        if self.draft_rows:
+            out["draft_rows"] = {str(b): t for b, t in sorted(self.draft_rows.items())}
         return out
 
     @classmethod
@@ -155,7 +174,19 @@ class PassCosts:
             if size < 2 or not isinstance(ts, dict) or not ts:
                 raise ValueError(f"{name}: rows entry {b!r} needs a batch size >= 2 and widths with costs")
             batch[size] = _widths(ts, name, f"rows {b}")
-        return cls(verify, float(step), batch)
+        steps = data.get("draft_rows", {})
+        if not isinstance(steps, dict):
+            raise ValueError(f'{name}: draft_rows must be {{"B": seconds, ...}}, got {steps!r}')
+        draft_rows = {}
+        for b, t in steps.items():
+            try:
+                size, secs = int(b), float(t)
+            except (TypeError, ValueError):
+                size, secs = 0, math.nan
+            if size < 2 or isinstance(t, bool) or not math.isfinite(secs) or secs < 0:
+                raise ValueError(f"{name}: draft_rows entry {b!r}: {t!r} needs a batch size >= 2 and seconds >= 0")
+            draft_rows[size] = secs
+        return cls(verify, float(step), batch, draft_rows)
 
     def table(self, max_w: int, rows: int = 1) -> torch.Tensor:
         """``[max_w + 1]`` float64: entry w is the cost of a pass of width w for one row of a
@@ -284,6 +315,7 @@ def load_costs(path: str | os.PathLike, name: str = "costs") -> PassCosts:
 # (id(model), max width) -> (one row's widths, {B: widths} of several rows, busy)
 _CACHE: dict[tuple[int, int], tuple[dict[int, float], dict[int, dict[int, float]], bool]] = {}
 _STEP_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter -> (step / one-token pass, busy)
+_STEP_ROWS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # the same for _DRAFT_ROWS rows
 
 
 def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int) -> PassCosts:
@@ -301,7 +333,7 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
                            _METHOD])
     busy = _busy()
     with _locked():  # one process times and writes a key at a time; the others read what it wrote
-        stored, stored_busy = _stored(disk_key)
+        stored, stored_busy = _stored(disk_key, drafter is not None)
         if stored is not None and (busy or not stored_busy):  # a busy table waits for a quiet machine
             return stored
         key = (id(target.model), max_width)
@@ -310,10 +342,12 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
             cached = _CACHE[key] = (_time_widths(target, max_width), _time_rows(target, max_width), busy)
         widths, rows, widths_busy = cached
         ratio, ratio_busy = _draft_ratio(target, drafter, busy)
+        ratio_rows, rows_busy = _draft_ratio_rows(target, drafter, busy)
         verify = dict(widths)
-        costs = PassCosts(verify, ratio * verify[1], {b: dict(ts) for b, ts in rows.items()})
+        costs = PassCosts(verify, ratio * verify[1], {b: dict(ts) for b, ts in rows.items()},
+                          {_DRAFT_ROWS: ratio_rows * _curve(rows[_DRAFT_ROWS], 1)} if drafter is not None else {})
         # the table is as busy as the busiest of its parts' timings
-        _write_costs(disk_key, {**costs.to_json(), "busy": widths_busy or ratio_busy})
+        _write_costs(disk_key, {**costs.to_json(), "busy": widths_busy or ratio_busy or rows_busy})
     return costs
 
 
@@ -349,13 +383,14 @@ def _read_costs() -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _stored(key: str) -> tuple[PassCosts | None, bool]:
+def _stored(key: str, drafts: bool = False) -> tuple[PassCosts | None, bool]:
     """The table kept under ``key`` (None if absent or malformed: measured again) and whether it
     was timed on a busy machine."""
     entry = _read_costs().get(key)
     try:
         costs = PassCosts.from_json(entry)
-        if "draft_step" not in entry or sorted(costs.rows) != list(_ROWS):  # an entry cut short: time it again
+        if "draft_step" not in entry or sorted(costs.rows) != list(_ROWS) \
+                or (drafts and list(costs.draft_rows) != [_DRAFT_ROWS]):  # an entry cut short: time it again
             return None, False
         return costs, bool(entry.get("busy", False))
     except (TypeError, KeyError, AttributeError, ValueError):
@@ -461,18 +496,40 @@ def _draft_ratio(target: CausalLM, drafter: Drafter | None, busy: bool) -> tuple
     cached = _STEP_CACHE.get(drafter)
     if cached is not None and not (cached[1] and not busy):
         return cached
-    runner = KVRunner(target.model, 1)
+    ratio = _time_draft(target, drafter, 1)
+    _STEP_CACHE[drafter] = (ratio, busy)
+    return ratio, busy
+
+
+def _draft_ratio_rows(target: CausalLM, drafter: Drafter | None, busy: bool) -> tuple[float, bool]:
+    """As :func:`_draft_ratio` for :data:`_DRAFT_ROWS` rows: a draft step of that many rows over a
+    one-token target pass of as many rows (a draft model's step need not slow down with B as the
+    target's pass does)."""
+    if drafter is None:
+        return 0.0, False
+    cached = _STEP_ROWS_CACHE.get(drafter)
+    if cached is not None and not (cached[1] and not busy):
+        return cached
+    ratio = _time_draft(target, drafter, _DRAFT_ROWS)
+    _STEP_ROWS_CACHE[drafter] = (ratio, busy)
+    return ratio, busy
+
+
+def _time_draft(target: CausalLM, drafter: Drafter, B: int) -> float:
+    """The median ratio of a draft step of ``B`` rows to the ``B``-row one-token pass before it."""
+    runner = KVRunner(target.model, B)
     with torch.inference_mode():
-        runner.forward(torch.arange(4, 4 + _CONTEXT, device=target.model.device)[None] % target.vocab_size)
-    one = torch.full((1, 1), 7 % target.vocab_size, dtype=torch.int64, device=target.model.device)
+        runner.forward((torch.arange(4, 4 + _CONTEXT, device=target.model.device)[None] % target.vocab_size)
+                       .expand(B, -1))
+    one = torch.full((B, 1), 7 % target.vocab_size, dtype=torch.int64, device=target.model.device)
     prompt = [(5 + i) % target.vocab_size for i in range(_CONTEXT)]
     features = None
     if drafter.reads_target_features:
         features = [torch.zeros(_CONTEXT - 1, target.model.config.hidden_size, dtype=target.model.dtype,
-                                device=target.model.device)]
+                                device=target.model.device) for _ in range(B)]
     drafter.keep(torch.zeros(0, dtype=torch.int64))
-    drafter.add([prompt], features)
-    ask = DraftAsk.of([4], target.vocab_size, SamplingParams(temperature=0), dtype=torch.float32)
+    drafter.add([prompt] * B, features)
+    ask = DraftAsk.of([4] * B, target.vocab_size, SamplingParams(temperature=0), dtype=torch.float32)
     ratios, forwards = [], 0
     for _ in range(_DRAFT_REPEATS + 1):  # the first is a warm-up
         t0 = time.perf_counter()
@@ -483,11 +540,9 @@ def _draft_ratio(target: CausalLM, drafter: Drafter | None, busy: bool) -> tuple
         d = drafter.propose(ask)
         ratios.append((time.perf_counter() - t1) / max(1, d.forwards) / (t1 - t0))
         forwards += d.forwards
-        emitted = d.tokens[0, : int(d.num_draft[0])].tolist() or [5]  # as if all were accepted
-        feats = None if features is None else [features[0][: len(emitted)]]
-        drafter.update([emitted], feats)
+        emitted = [d.tokens[b, : int(d.num_draft[b])].tolist() or [5] for b in range(B)]  # as if all were accepted
+        feats = None if features is None else [features[b][: len(e)] for b, e in enumerate(emitted)]
+        drafter.update(emitted, feats)
     drafter.keep(torch.zeros(0, dtype=torch.int64))
     # a drafter without a model (prompt lookup) takes no forward: drafting is free
-    ratio = sorted(ratios[1:])[len(ratios[1:]) // 2] if forwards else 0.0
-    _STEP_CACHE[drafter] = (ratio, busy)
-    return ratio, busy
+    return sorted(ratios[1:])[len(ratios[1:]) // 2] if forwards else 0.0

@@ -23,8 +23,9 @@ the timing-free table, the others (greedy, Gumbel: text independent of draft len
 measured one. The choice is a ``[B]`` mask applied with ``torch.where``, no per-row loop.
 
 Load: a measured row reads the measured table at the batch's real size B (the rows of the
-pass): the pass-width curve of B rows, V(B, w) / V(B, 1), against a draft step that keeps its
-ratio to a one-token pass (:meth:`~verispec.engine.costs.PassCosts.table`). A wider batch is
+pass): the pass-width curve of B rows, V(B, w) / V(B, 1), against a draft step of B rows over a
+one-token pass of B rows (:meth:`~verispec.engine.costs.PassCosts.table`,
+:meth:`~verispec.engine.costs.PassCosts.draft_cost`). A wider batch is
 less memory-bound, each extra token of its pass costs more, and its rows draft less, down to
 nothing once a pass of B rows x 2 tokens costs about twice one of B x 1; in a batch of B >= 2 a
 measured row's probe is drafted only if a surely accepted token would pay for the whole pass
@@ -126,10 +127,11 @@ class KRows:
         B = len(self.k)
         measured = t.measured.table(max_w, rows=B)  # the batch's pass-width curve (see the module)
         fixed = t.fixed.table(max_w)  # one row's, whatever the batch
-        if fixed is measured:
-            return measured.expand(B, -1), torch.full((B,), t.measured.draft_step, dtype=torch.float64)
+        step = t.measured.draft_cost(B)  # a draft step of the batch's rows, per row, in the same units
+        if fixed is measured and step == t.fixed.draft_step:
+            return measured.expand(B, -1), torch.full((B,), step, dtype=torch.float64)
         v = torch.where(self.fixed[:, None], fixed, measured)
-        c = torch.where(self.fixed, t.fixed.draft_step, t.measured.draft_step).to(torch.float64)
+        c = torch.where(self.fixed, t.fixed.draft_step, step).to(torch.float64)
         return v, c
 
     # -- before drafting ----------------------------------------------------------------------
@@ -263,3 +265,38 @@ class KRows:
         cost = self.costs(costs, K + 1)[0][:, 1:].to(a.dtype)  # [B, K+1] widths 1..K+1
         rate = (expected / cost).masked_fill(torch.arange(K + 1)[None] > n_draft[:, None], -math.inf)
         return torch.where(rows, rate.argmax(1), n_draft), rows
+
+    def squeeze(self, n_draft: torch.Tensor, accept_prob: torch.Tensor | None, confidence: torch.Tensor | None,
+                costs: PassCosts | CostTables) -> torch.Tensor:
+        """The measured auto rows' drafts cut to one common length N, the one that maximises the
+        batch's expected tokens over the cost of its pass (as wide as its longest draft: a long
+        lookup match in one row widens every row's pass), the drafting being paid already. Other
+        rows keep ``n_draft`` (their drafts set a floor on the width); alone (B = 1), nothing
+        changes. Token j's acceptance: ``accept_prob`` where the drafter scored it, else the
+        calibrated estimate from the confidence of token j - 1 (:meth:`predict`)."""
+        group = self._pooled()
+        if group is None or not bool((n_draft[group] > 0).any()):
+            return n_draft
+        B, K = len(self.k), int(n_draft.max())
+        slots = torch.arange(K)
+        a = torch.full((B, K), math.nan, dtype=torch.float64)
+        if accept_prob is not None:
+            w = min(K, accept_prob.shape[1])
+            a[:, :w] = accept_prob[:, :w].detach().double().cpu()
+        prev = torch.full((B, K), math.nan, dtype=torch.float64)
+        if confidence is not None and K > 1:
+            w = min(K - 1, confidence.shape[1])
+            prev[:, 1:1 + w] = confidence[:, :w].detach().double().cpu()
+        buckets = buckets_of(prev)
+        buckets[:, 0] = 0
+        a = torch.where(torch.isnan(a), self.predict(buckets), a)
+        a = torch.where(slots[None] < n_draft[:, None], a.clamp(0.0, 1.0), 0.0)
+        E = torch.cat([torch.ones(B, 1, dtype=torch.float64), 1 + a.cumprod(1).cumsum(1)], 1)  # [B, K+1]
+        N = torch.arange(K + 1)
+        kept = E.gather(1, n_draft[:, None]).expand(-1, K + 1)  # rows outside the group: their own drafts
+        cut = E.gather(1, torch.minimum(N[None], n_draft[:, None]))
+        total = torch.where(group[:, None], cut, kept).sum(0)  # [K+1] expected tokens if cut at N
+        floor = int(n_draft[~group].max()) if bool((~group).any()) else 0
+        v = self.costs(costs, K + 1)[0][group.nonzero()[0, 0]]  # the group's pass-width curve [K+2]
+        rate = total / v[torch.clamp(N, min=floor) + 1]
+        return torch.where(group, n_draft.clamp(max=int(rate.argmax())), n_draft)

@@ -74,6 +74,8 @@ def draft(dec: SpeculativeDecoder, state: BatchState) -> Draft:
     n = torch.minimum(proposal.num_draft.cpu(), k_cap)
     if scoring and proposal.accept_prob is not None:  # lookup tokens: cut where they stop paying
         n = policy.cut(n, proposal.accept_prob, state.costs)[0]
+    if policy.any_auto:  # in a batch, greedy and Gumbel rows: one length, the batch's best (their text is the same)
+        n = policy.squeeze(n, proposal.accept_prob, proposal.confidence, state.costs)
     # Verify only as wide as the longest draft: a pass of K+1 tokens costs more than one of fewer
     # (a prompt-lookup miss should cost a one-token step, not K+1).
     proposal.num_draft = n

@@ -171,7 +171,7 @@ def _start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     cmd = [sys.executable, "-m", "verispec.cli", "serve", "--target", args.target, "--draft", args.draft, "--k",
            args.k, "--port", str(port), "--max-batch", str(args.max_batch), "--dtype", args.dtype,
-           "--verify-budget", str(args.verify_budget),
+           "--verify-budget", str(args.verify_budget), "--threads", str(args.threads),
            "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"
@@ -199,6 +199,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=16)
     p.add_argument("--verify-budget", type=int, default=0,
                    help="the started server's --verify-budget (default 0: no cap, the K policy alone)")
+    p.add_argument("--threads", type=int, default=0, help="the started server's --threads (0: torch's default)")
     p.add_argument("--workload", default="all", help="built-in workloads, comma-separated, or 'all'")
     p.add_argument("--limit", type=int, default=2, help="prompts per workload")
     p.add_argument("--concurrency", default="1,2,4,8", help="comma-separated client counts")

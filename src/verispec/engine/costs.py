@@ -67,7 +67,7 @@ _ROW_TOKENS = 40
 _DRAFT_ROWS = 8  # a draft step is timed for one row and for this many (interpolated between, constant beyond)
 _ROW_CONTEXT = 16  # tokens of context behind passes of several rows (their prefill is most of the timing's time)
 _METHOD = (f"draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it; rows {_ROWS} widths "
-           f"{_ROW_WIDTHS} up to {_ROW_TOKENS} tokens after {_ROW_CONTEXT}; draft steps of 1 and {_DRAFT_ROWS} rows")
+           f"{_ROW_WIDTHS} up to {_ROW_TOKENS} tokens after {_ROW_CONTEXT}; draft steps of 1 and {_DRAFT_ROWS} rows (one-token proposals)")
 # The reference model (no timing): v(w) / v(1) = 1 + slope (w - 1); a draft step costs the ratio
 # of bytes read plus a fixed overhead. On the 2-core CPUs of BENCHMARKS.md the measured tables
 # read v(5) 1.07-1.37, v(9) 1.31-1.58, v(16) 1.85 one-token passes, and an EAGLE head's step
@@ -502,21 +502,23 @@ def _draft_ratio(target: CausalLM, drafter: Drafter | None, busy: bool) -> tuple
 
 
 def _draft_ratio_rows(target: CausalLM, drafter: Drafter | None, busy: bool) -> tuple[float, bool]:
-    """As :func:`_draft_ratio` for :data:`_DRAFT_ROWS` rows: a draft step of that many rows over a
-    one-token target pass of as many rows (a draft model's step need not slow down with B as the
-    target's pass does)."""
+    """As :func:`_draft_ratio` for :data:`_DRAFT_ROWS` rows: a one-token proposal of that many rows
+    over a one-token target pass of as many rows (a draft model's step need not slow down with B
+    as the target's pass does, and the proposal's fixed costs count)."""
     if drafter is None:
         return 0.0, False
     cached = _STEP_ROWS_CACHE.get(drafter)
     if cached is not None and not (cached[1] and not busy):
         return cached
-    ratio = _time_draft(target, drafter, _DRAFT_ROWS)
+    ratio = _time_draft(target, drafter, _DRAFT_ROWS, tokens=1)
     _STEP_ROWS_CACHE[drafter] = (ratio, busy)
     return ratio, busy
 
 
-def _time_draft(target: CausalLM, drafter: Drafter, B: int) -> float:
-    """The median ratio of a draft step of ``B`` rows to the ``B``-row one-token pass before it."""
+def _time_draft(target: CausalLM, drafter: Drafter, B: int, tokens: int = 4) -> float:
+    """The median ratio of a draft step of ``B`` rows to the ``B``-row one-token pass before it,
+    from proposals of ``tokens`` tokens (1 for a batch: the lengths a batch drafts, so the
+    proposal's fixed cost is charged to its one step)."""
     runner = KVRunner(target.model, B)
     with torch.inference_mode():
         runner.forward((torch.arange(4, 4 + _CONTEXT, device=target.model.device)[None] % target.vocab_size)
@@ -529,7 +531,7 @@ def _time_draft(target: CausalLM, drafter: Drafter, B: int) -> float:
                                 device=target.model.device) for _ in range(B)]
     drafter.keep(torch.zeros(0, dtype=torch.int64))
     drafter.add([prompt] * B, features)
-    ask = DraftAsk.of([4] * B, target.vocab_size, SamplingParams(temperature=0), dtype=torch.float32)
+    ask = DraftAsk.of([tokens] * B, target.vocab_size, SamplingParams(temperature=0), dtype=torch.float32)
     ratios, forwards = [], 0
     for _ in range(_DRAFT_REPEATS + 1):  # the first is a warm-up
         t0 = time.perf_counter()

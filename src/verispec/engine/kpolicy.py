@@ -88,6 +88,7 @@ class KRows:
         self.tried = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] tested tokens
         self.passed = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] accepted ones
         self.idle = torch.zeros(0, dtype=torch.int64)  # [B] empty drafts in a row
+        self.asked = torch.zeros(0, dtype=torch.int64)  # [B] model tokens the last :meth:`ask` allowed
         prior = (torch.arange(BUCKETS + 1, dtype=torch.float64) - 0.5) / BUCKETS  # bucket centres
         prior[0] = _FIRST_PRIOR
         self.prior = prior  # [buckets]

@@ -2,7 +2,7 @@
 
 * :mod:`.protocol`: request validation and OpenAI response / chunk bodies;
 * :mod:`.scheduler`: the thread that owns the engine (admission, cancellation, steps);
-* :mod:`.drafting`: per-request draft-length caps ("draft": "none", turning drafting down under load);
+* :mod:`.drafting`: per-request draft-length caps ("draft": "none", an explicit ``--verify-budget``);
 * :mod:`.metrics`: Prometheus metrics (vLLM's names with a ``verispec:`` prefix);
 * :mod:`.app`: FastAPI routes and server-sent events;
 * :mod:`.options`: its command-line arguments;

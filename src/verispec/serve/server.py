@@ -43,7 +43,7 @@ def _parse_k(value: str) -> int | str:
 
 
 def build(target: str, draft: str = "default", k: str | int = "auto", *, max_batch: int = 16, max_queue: int = 64,
-          verify_budget: int = 64, served_model_name: str | None = None, dtype: str = "float32"
+          verify_budget: int = 0, served_model_name: str | None = None, dtype: str = "float32"
           ) -> tuple[object, Scheduler]:
     """The app and its (started, ready) scheduler for these models."""
     for name, v, lo in (("--max-batch", max_batch, 1), ("--max-queue", max_queue, 0),

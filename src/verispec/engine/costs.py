@@ -50,11 +50,12 @@ __all__ = ["PassCosts", "CostTables", "measure_pass_costs", "reference_costs", "
            "REFERENCE_VERIFY_SLOPE", "REFERENCE_STEP_OVERHEAD"]
 
 _CONTEXT = 48  # tokens of context behind the timed passes
-_REPEATS = 3  # timed passes per width (interleaved over widths); the median is kept
+_REPEATS = 5  # timed passes per width (interleaved over widths, after one untimed round); the median is kept
 # Timed proposals for the draft step. Each is divided by the one-token target pass just before it:
 # on a shared 2-vCPU machine both slow down together for seconds at a time (a draft step timed
 # alone read 1.1 to 1.8 ms in one process), and the ratio is what the policy weighs.
 _DRAFT_REPEATS = 11
+_ROW_REPEATS = 3  # timed passes per (rows, width) after an untimed round; the median is kept
 # How the table is measured (part of the file's key: a change of method measures again). Draft
 # steps are timed each right after a target pass, as in decoding: timed back to back, a draft
 # model's weights stay in the CPU's cache and its steps look several times cheaper than they are.
@@ -66,7 +67,7 @@ _ROW_WIDTHS = (1, 2, 3, 5, 9, 13)
 _ROW_TOKENS = 40
 _DRAFT_ROWS = 8  # a draft step is timed for one row and for this many (interpolated between, constant beyond)
 _ROW_CONTEXT = 16  # tokens of context behind passes of several rows (their prefill is most of the timing's time)
-_METHOD = (f"draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it; rows {_ROWS} widths "
+_METHOD = (f"widths warmed, median of {_REPEATS} (rows: {_ROW_REPEATS}); draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it; rows {_ROWS} widths "
            f"{_ROW_WIDTHS} up to {_ROW_TOKENS} tokens after {_ROW_CONTEXT}; draft steps of 1 and {_DRAFT_ROWS} rows (one-token proposals)")
 # The reference model (no timing): v(w) / v(1) = 1 + slope (w - 1); a draft step costs the ratio
 # of bytes read plus a fixed overhead. On the 2-core CPUs of BENCHMARKS.md the measured tables
@@ -446,14 +447,16 @@ def _time_widths(target: CausalLM, max_width: int) -> dict[int, float]:
     runner = KVRunner(model, 1)
     runner.forward(torch.arange(4, 4 + _CONTEXT, device=device)[None] % target.vocab_size)
     feed = torch.arange(max_width, device=device)[None] % target.vocab_size
-    runner.forward(feed[:, :1])  # warm-up
-    runner.truncate(runner.lengths - 1)
     times: dict[int, list[float]] = {w: [] for w in range(1, max_width + 1)}
-    for _ in range(_REPEATS):
+    # Round 0 warms every width up untimed: a kernel's first call at a new shape (oneDNN builds a
+    # primitive per shape) once made v(2) read 1.5 v(1) in a quiet run, and the running maximum
+    # of the table then charged every wider pass as much, so k=auto all but stopped drafting.
+    for r in range(_REPEATS + 1):
         for w in times:  # interleaved over widths, so that drift hits all of them alike
             t0 = time.perf_counter()
             runner.forward(feed[:, :w], logits_to_keep=w)
-            times[w].append(time.perf_counter() - t0)
+            if r:
+                times[w].append(time.perf_counter() - t0)
             runner.truncate(runner.lengths - w)
     return {w: sorted(ts)[len(ts) // 2] for w, ts in times.items()}
 
@@ -473,12 +476,13 @@ def _time_rows(target: CausalLM, max_width: int) -> dict[int, dict[int, float]]:
         runner.truncate(runner.lengths - 1)
         plan += [(B, w) for w in _ROW_WIDTHS if w <= max(2, max_width) and (w <= 2 or B * w <= _ROW_TOKENS)]
     times: dict[tuple[int, int], list[float]] = {bw: [] for bw in plan}
-    for _ in range(_REPEATS):
+    for r in range(_ROW_REPEATS + 1):  # round 0 untimed: every shape's first call (see _time_widths)
         for B, w in plan:
             feed = (torch.arange(w, device=device)[None] % target.vocab_size).expand(B, -1)
             t0 = time.perf_counter()
             runners[B].forward(feed, logits_to_keep=w)
-            times[B, w].append(time.perf_counter() - t0)
+            if r:
+                times[B, w].append(time.perf_counter() - t0)
             runners[B].truncate(runners[B].lengths - w)
     out: dict[int, dict[int, float]] = {B: {} for B in _ROWS}
     for (B, w), ts in times.items():

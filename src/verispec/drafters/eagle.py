@@ -53,14 +53,23 @@ class EagleDrafter(DrafterBase):
         return self.model
 
     def add(self, prompts: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
+        """New rows join. Their prompts' pairs, but the last, go through the head here, in a runner
+        of their own that then joins the others': fed at the next proposal beside the rows already
+        running, a 200-token prompt made every row's pass 200 columns wide and left as many hole
+        columns in every row's cache (at 8 rows that cost more than speculation gained). The last
+        pair stays pending: the proposal reads its logits."""
         model = self._bound()
         if features is None or len(features) != len(prompts):
             raise ValueError("EagleDrafter needs the target's prompt features (one [len(prompt) - 1, H] per prompt)")
         zero = torch.zeros(1, model.config.hidden_size, dtype=model.dtype)
+        pairs = [(list(p), torch.cat([zero, f.to(model.dtype)])) for p, f in zip(prompts, features)]  # (x_i, f_{i-1})
+        joining = KVRunner(model, len(prompts))
+        if any(len(p) > 1 for p, _ in pairs):
+            self._feed(joining, [p[:-1] for p, _ in pairs], [[f[:-1]] for _, f in pairs])
         self.lengths += [len(p) for p in prompts]
-        self.pending_tok += [list(p) for p in prompts]
-        self.pending_feat += [[zero, f.to(model.dtype)] for f in features]
-        self.runner.extend(KVRunner(model, len(prompts)))
+        self.pending_tok += [p[-1:] for p, _ in pairs]
+        self.pending_feat += [[f[-1:]] for _, f in pairs]
+        self.runner.extend(joining)
         self._real = self.runner.lengths.clone()
 
     def keep(self, rows: torch.Tensor) -> None:
@@ -91,20 +100,26 @@ class EagleDrafter(DrafterBase):
     def _feed_pending(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending real pairs (ragged: left-padded); the logits ``[B, V_d]`` and the
         predicted feature ``[B, 1, H]`` after each row's context."""
-        model = self._bound()
-        feed, live = left_pad(self.pending_tok)
-        if feed.shape[1] == 0:
+        if not any(self.pending_tok):
             raise RuntimeError("EAGLE head has no pending pair to draft from")
-        device = model.device
-        feed, live = feed.to(device), live.to(device)
-        feats = torch.zeros(*feed.shape, model.config.hidden_size, dtype=model.dtype, device=device)
-        feats[live] = torch.cat([f.to(device) for row in self.pending_feat for f in row])  # row-major, as live
-        logits, f_hat = self.runner.forward(feed, live, logits_to_keep=1, return_hidden=True, features=feats)
+        logits, f_hat = self._feed(self.runner, self.pending_tok, self.pending_feat)
         B = len(self.pending_tok)
         self.pending_tok = [[] for _ in range(B)]
         self.pending_feat = [[] for _ in range(B)]
         self._real = self.runner.lengths.clone()  # the cache holds only real pairs up to here
         return logits[:, -1], f_hat[:, -1:]
+
+    def _feed(self, runner: KVRunner, tokens: list[list[int]], feats: list[list[torch.Tensor]]
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed ragged pairs (tokens per row, their features as a list of ``[n, H]`` pieces per row;
+        left-padded) through ``runner``: logits ``[B, 1, V_d]`` and predicted features ``[B, T, H]``."""
+        model = self._bound()
+        feed, live = left_pad(tokens)
+        device = model.device
+        feed, live = feed.to(device), live.to(device)
+        f = torch.zeros(*feed.shape, model.config.hidden_size, dtype=model.dtype, device=device)
+        f[live] = torch.cat([x.to(device) for row in feats for x in row])  # row-major, as live
+        return runner.forward(feed, live, logits_to_keep=1, return_hidden=True, features=f)
 
     def update(self, emitted: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
         model = self._bound()

@@ -49,7 +49,7 @@ def add_kernels_argument(p: argparse.ArgumentParser) -> None:
                    help="CPU kernels of every model loaded: 'invariant' (a row's logits are the same bits "
                         "whatever its pass width and batch: greedy text equals target-only even at near-ties), "
                         "'measured' (the fastest timed on this machine) or 'fixed' (default: "
-                        "$VERISPEC_KERNEL_CHOICE, else 'measured')")
+                        "$VERISPEC_KERNEL_CHOICE, else 'invariant')")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--draft", action="append", metavar="DRAFT",
                    help="drafter, repeatable: a draft model name/path, an EAGLE head ('eagle' = the built-in "
                         "one, or a directory; HEAD:fp32 / HEAD:fp16 / HEAD:int8 for the weights its steps read, "
-                        "default the fastest here), 'ngram' (prompt lookup), 'hybrid' (prompt lookup, then "
+                        "HEAD:measured for the fastest timed here, default a rule on the CPU's flags), 'ngram' (prompt lookup), 'hybrid' (prompt lookup, then "
                         f"{DEFAULT_DRAFT_MODEL}), 'NAME+ngram' (prompt lookup, then NAME), 'default' (generate's default "
                         "for the target) or 'none' (target-only only). Default: ngram, plus each shipped draft "
                         "model behind it (default target only)")

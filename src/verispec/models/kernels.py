@@ -203,9 +203,9 @@ def invariant_kernels(model: nn.Module, *, attention: bool = True) -> tuple[str,
     holes skipped. The rest of a Llama layer is row-wise already (RMSNorm reduces each row on its
     own, activations and rotary embeddings are elementwise), which the tests check bit for bit.
     Returns the kernels installed (``"fast_lm_head"``, ``"fast_small_linears"``,
-    ``"invariant_attention"``). Raises :class:`InvariantKernelsUnavailable` where the compiled
-    kernels cannot be built or the model is not float32 or uses another attention. Costs one more
-    copy of the linear weights in memory (the panels).
+    ``"invariant_attention"``). Raises :class:`InvariantKernelsUnavailable`, the model unchanged,
+    where the compiled kernels cannot be built or the model is not float32 or uses another
+    attention. Costs one more copy of the linear weights in memory (the panels).
     """
     panel = load_panel()
     if panel is None or (attention and load_attend() is None):
@@ -214,6 +214,10 @@ def invariant_kernels(model: nn.Module, *, attention: bool = True) -> tuple[str,
     linears = [m for m in model.modules() if _eligible(m)]
     if any(m.weight.dtype != torch.float32 for m in linears):
         raise InvariantKernelsUnavailable("batch-invariant kernels run float32 models only")
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if attention and (impl not in ("sdpa", "eager", _GQA_ATTENTION, _INVARIANT_ATTENTION)
+                      or not hasattr(model, "set_attn_implementation")):
+        raise InvariantKernelsUnavailable(f"batch-invariant attention replaces 'sdpa' or 'eager' attention, not {impl!r}")
     get_head = getattr(model, "get_output_embeddings", None)
     head_mod = get_head() if callable(get_head) else None
     for mod in linears:
@@ -229,10 +233,6 @@ def invariant_kernels(model: nn.Module, *, attention: bool = True) -> tuple[str,
     if any(m is not head_mod for m in linears):
         done.append("fast_small_linears")
     if attention:
-        config = getattr(model, "config", None)
-        impl = getattr(config, "_attn_implementation", None)
-        if impl not in ("sdpa", "eager", _GQA_ATTENTION, _INVARIANT_ATTENTION) or not hasattr(model, "set_attn_implementation"):
-            raise InvariantKernelsUnavailable(f"batch-invariant attention replaces 'sdpa' or 'eager' attention, not {impl!r}")
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 

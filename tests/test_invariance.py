@@ -426,3 +426,28 @@ def test_cli_kernels_option(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     with pytest.raises(SystemExit) as e:
         main(["generate", "x", "--kernels", "fastest"])
     assert e.value.code == 2 and "--kernels: invalid choice: 'fastest'" in capsys.readouterr().err
+
+
+def test_a_kernel_that_cannot_be_built_warns_once_and_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled kernels load through ``extension.LazyKernel``: a build that fails gives None
+    with one warning naming the reason (kept in ``failed``), and ``$VERISPEC_NO_EXTENSIONS``
+    gives None without trying."""
+    import warnings
+
+    from verispec.models.extension import LazyKernel
+
+    calls: list[int] = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise RuntimeError("Error building extension 'x'\nc++: not found")
+    lazy = LazyKernel("the test kernel", broken)
+    with pytest.warns(RuntimeWarning, match="the test kernel is not available.*c\\+\\+: not found"):
+        assert lazy.get() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lazy.get() is None and calls == [1] and "c++: not found" in lazy.failed
+    monkeypatch.setenv("VERISPEC_NO_EXTENSIONS", "1")
+    assert LazyKernel("another", lambda: 1).get() is None
+    monkeypatch.delenv("VERISPEC_NO_EXTENSIONS")
+    assert LazyKernel("another", lambda: 1).get() == 1

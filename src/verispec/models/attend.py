@@ -33,13 +33,11 @@ Built on first use like :mod:`.rowdot` (:mod:`.extension`); :func:`load_attend` 
 
 from __future__ import annotations
 
-import threading
-import warnings
 from collections.abc import Callable
 
 import torch
 
-from .extension import build_extension, extensions_disabled
+from .extension import LazyKernel, build_extension
 
 __all__ = ["ATTEND_SOURCE", "load_attend", "attend_reference", "invariant_attention"]
 
@@ -279,9 +277,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 }
 """
 
-_lock = threading.Lock()
-_loaded: Callable[..., torch.Tensor] | None = None
-_failed: str | None = None  # why it could not be built (warned once)
 
 _MASKED = -torch.finfo(torch.float32).max / 2  # an additive mask entry at or below this masks the key
 
@@ -320,25 +315,14 @@ def _build() -> Callable[..., torch.Tensor]:
     return fn
 
 
+_KERNEL: LazyKernel = LazyKernel("the batch-invariant attention kernel", lambda: _build())
+
+
 def load_attend() -> Callable[..., torch.Tensor] | None:
     """The compiled kernel ``attend(q, k, v, mask=None, scale=1.0, causal=False)``, or None where
     it is unavailable (no compiler or ninja, not x86-64, ``$VERISPEC_NO_EXTENSIONS=1``); a failed
     build warns once with the reason."""
-    global _loaded, _failed
-    if extensions_disabled():
-        return None
-    if _loaded is not None or _failed is not None:
-        return _loaded
-    with _lock:
-        if _loaded is None and _failed is None:
-            try:
-                _loaded = _build()
-            except Exception as e:  # no compiler or ninja, a compile error, an unwritable cache, ...
-                lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-                _failed = f"{type(e).__name__}: {lines[-1] if lines else ''}"
-                warnings.warn(f"verispec: the batch-invariant attention kernel is not available ({_failed})",
-                              RuntimeWarning, stacklevel=2)
-    return _loaded
+    return _KERNEL.get()
 
 
 def invariant_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -350,7 +334,7 @@ def invariant_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
     compute (dropout, soft-capping, sliding windows, attention sinks, returned weights) raise."""
     fn = load_attend()
     if fn is None:
-        raise RuntimeError(f"batch-invariant attention needs its compiled kernel ({_failed or 'VERISPEC_NO_EXTENSIONS'})")
+        raise RuntimeError(f"batch-invariant attention needs its compiled kernel ({_KERNEL.failed or 'VERISPEC_NO_EXTENSIONS'})")
     unsupported = [name for name in ("softcap", "sliding_window", "s_aux", "position_bias") if kwargs.get(name) is not None]
     if dropout or unsupported or kwargs.get("output_attentions"):
         raise NotImplementedError(f"batch-invariant attention does not compute {unsupported or 'dropout'}")

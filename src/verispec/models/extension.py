@@ -15,20 +15,53 @@ import importlib.util
 import os
 import platform
 import sys
+import threading
 import types
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 import torch
 
 from .paths import cache_dir, cpuinfo_field
 
-__all__ = ["build_name", "extension_dir", "build_extension", "extensions_disabled"]
+__all__ = ["build_name", "extension_dir", "build_extension", "extensions_disabled", "LazyKernel"]
 
 
 def extensions_disabled() -> bool:
     """``$VERISPEC_NO_EXTENSIONS`` set (to anything but "" or "0"): use no compiled kernel."""
     return os.environ.get("VERISPEC_NO_EXTENSIONS", "") not in ("", "0")
+
+
+class LazyKernel(Generic[T]):
+    """A compiled kernel built on first :meth:`get` (once per process; ``build`` raises where it
+    cannot be built: the reason is kept in ``failed`` and warned once, and ``get`` returns None
+    ever after). ``$VERISPEC_NO_EXTENSIONS`` makes ``get`` return None without building."""
+
+    def __init__(self, what: str, build: Callable[[], T]) -> None:
+        self.what, self.build = what, build
+        self.loaded: T | None = None
+        self.failed: str | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> T | None:
+        if extensions_disabled():
+            return None
+        if self.loaded is not None or self.failed is not None:
+            return self.loaded
+        with self._lock:
+            if self.loaded is None and self.failed is None:
+                try:
+                    self.loaded = self.build()
+                except Exception as e:  # no compiler or ninja, a compile error, an unwritable cache, ...
+                    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+                    self.failed = f"{type(e).__name__}: {lines[-1] if lines else ''}"
+                    warnings.warn(f"verispec: {self.what} is not available ({self.failed})", RuntimeWarning,
+                                  stacklevel=3)
+        return self.loaded
 
 
 def _cpu_flags() -> str:

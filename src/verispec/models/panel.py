@@ -22,13 +22,11 @@ Built on first use like :mod:`.rowdot` (:mod:`.extension`); :func:`load_panel` r
 
 from __future__ import annotations
 
-import threading
-import warnings
 from dataclasses import dataclass
 
 import torch
 
-from .extension import build_extension, extensions_disabled
+from .extension import LazyKernel, build_extension
 
 __all__ = ["PANEL_SOURCE", "PanelKernel", "load_panel"]
 
@@ -152,9 +150,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 }
 """
 
-_lock = threading.Lock()
-_loaded: object | None = None
-_failed: str | None = None  # why it could not be built (warned once)
 
 
 @dataclass(frozen=True)
@@ -181,21 +176,10 @@ def _build() -> PanelKernel:
     return kernel
 
 
+_KERNEL: LazyKernel = LazyKernel("the panel CPU kernel", lambda: _build())
+
+
 def load_panel() -> PanelKernel | None:
     """The compiled :class:`PanelKernel`, or None where it is unavailable (no compiler or ninja,
     not x86-64, ``$VERISPEC_NO_EXTENSIONS=1``); a failed build warns once with the reason."""
-    global _loaded, _failed
-    if extensions_disabled():
-        return None
-    if _loaded is not None or _failed is not None:
-        return _loaded  # type: ignore[return-value]
-    with _lock:
-        if _loaded is None and _failed is None:
-            try:
-                _loaded = _build()
-            except Exception as e:  # no compiler or ninja, a compile error, an unwritable cache, ...
-                lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-                _failed = f"{type(e).__name__}: {lines[-1] if lines else ''}"
-                warnings.warn(f"verispec: the panel CPU kernel is not available ({_failed})", RuntimeWarning,
-                              stacklevel=2)
-    return _loaded  # type: ignore[return-value]
+    return _KERNEL.get()

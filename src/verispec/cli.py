@@ -140,22 +140,10 @@ def _sampling(args: argparse.Namespace):
                           min_p=args.min_p, seed=args.seed)
 
 
-def parse_k(value: str) -> int | str:
-    """``--k`` values: a positive int, 'auto' or 'heuristic'."""
-    if value in ("auto", "heuristic"):
-        return value
-    try:
-        k = int(value)
-    except ValueError:
-        raise ValueError(f"--k must be an int, 'auto' or 'heuristic', got {value!r}") from None
-    if k < 1:
-        raise ValueError(f"--k must be >= 1, got {k}")
-    return k
-
-
 def _cmd_generate(args: argparse.Namespace) -> int:
     from .drafters import make_drafter
     from .engine import SpeculativeDecoder
+    from .engine.kpolicy import parse_k
     from .models import load_causal_lm
 
     console = Console(stderr=True)

@@ -46,7 +46,7 @@ import torch
 
 from .costs import CostTables, PassCosts
 
-__all__ = ["KPolicy", "KRows", "check_k", "BUCKETS", "PROBE_EVERY"]
+__all__ = ["KPolicy", "KRows", "check_k", "parse_k", "BUCKETS", "PROBE_EVERY"]
 
 KPolicy = int | str  # an int, "heuristic" or "auto"
 
@@ -66,6 +66,16 @@ def check_k(k: object, name: str = "k") -> KPolicy:
     if isinstance(k, int) and not 1 <= k <= 64:
         raise ValueError(f"{name} must be in [1, 64], got {k}")
     return k
+
+
+def parse_k(text: str, name: str = "--k") -> KPolicy:
+    """A command-line K policy: an int in [1, 64], ``"auto"`` or ``"heuristic"`` (ValueError naming
+    ``name`` otherwise; see :func:`check_k`)."""
+    try:
+        value: object = int(text)
+    except ValueError:
+        value = text
+    return check_k(value, name)
 
 
 def buckets_of(conf: torch.Tensor) -> torch.Tensor:

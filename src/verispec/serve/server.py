@@ -19,6 +19,7 @@ import uvicorn
 
 from ..drafters import make_drafter
 from ..engine import SpeculativeDecoder
+from ..engine.kpolicy import parse_k
 from ..models import load_causal_lm
 from .app import ServerInfo, create_app
 from .drafting import CappedDrafter
@@ -30,18 +31,6 @@ __all__ = ["run_serve", "build", "DrainingServer"]
 log = logging.getLogger("verispec.serve")
 
 
-def _parse_k(value: str) -> int | str:
-    if value in ("auto", "heuristic"):
-        return value
-    try:
-        k = int(value)
-    except ValueError:
-        raise ValueError(f"--k must be an int, 'auto' or 'heuristic', got {value!r}") from None
-    if not 1 <= k <= 64:
-        raise ValueError(f"--k must be in [1, 64], got {k}")
-    return k
-
-
 def build(target: str, draft: str = "default", k: str | int = "auto", *, max_batch: int = 16, max_queue: int = 64,
           verify_budget: int = 0, served_model_name: str | None = None, dtype: str = "float32"
           ) -> tuple[object, Scheduler]:
@@ -50,7 +39,7 @@ def build(target: str, draft: str = "default", k: str | int = "auto", *, max_bat
                         ("--verify-budget", verify_budget, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    k = _parse_k(str(k))  # before loading anything
+    k = parse_k(str(k))  # before loading anything
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
     torch_dtype = {"float32": torch.float32, "float64": torch.float64}[dtype]

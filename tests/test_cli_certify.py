@@ -83,10 +83,10 @@ def test_a_wrong_verify_py_exits_nonzero(monkeypatch, capsys):
 
 
 def test_broken_gumbel_verifier_exits_nonzero(monkeypatch, capsys):
-    """The target's Gumbel token taken with the noise of the wrong position fails."""
+    """A Gumbel verifier that forgets the noise (the target's token is the argmax of p) fails. (The
+    noise of the wrong position would still sample the target's law: no test of a verifier.)"""
     monkeypatch.setattr(certify, "default_grid", _tiny_grid)
-    real = V._target_token
-    monkeypatch.setattr(V, "_target_token", lambda p_i, seeds, positions, draws: real(p_i, seeds, positions + 1, draws))
+    monkeypatch.setattr(V, "_target_token", lambda p_i, seeds, positions, draws: p_i.argmax(-1))
     assert main(["certify"]) == 1
     assert "FAIL" in capsys.readouterr().out
 

@@ -26,7 +26,8 @@ class EagleDrafter(DrafterBase):
     reads_target_features = True
 
     def __init__(self, files: EagleFiles, name: str = "eagle", *, weights: str = "auto") -> None:
-        """``weights``: what each draft step reads, ``"auto"`` / ``"fp16"`` / ``"fp32"`` (see
+        """``weights``: what each draft step reads, ``"auto"`` (a rule on the CPU's flags),
+        ``"fp32"`` / ``"fp16"`` / ``"int8"``, or ``"measured"`` (timed) (see
         :func:`verispec.eagle.bind_eagle`)."""
         if weights not in DRAFT_WEIGHTS:
             raise ValueError(f"weights must be one of {DRAFT_WEIGHTS}, got {weights!r}")

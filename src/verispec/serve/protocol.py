@@ -262,26 +262,28 @@ def chat_body(rid: str, model: str, created: int, text: str, reason: str, usage:
             "usage": usage}
 
 
-def completion_chunk(rid: str, model: str, created: int, text: str | None, reason: str | None = None,
-                     stats: dict | None = None, usage: dict | None = None) -> dict:
-    choices = [] if text is None else [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}]
+def _chunk(kind: str, field: str, rid: str, model: str, created: int, payload: object, reason: str | None,
+           stats: dict | None, usage: dict | None) -> dict:
+    """One streamed chunk of ``kind`` ("text_completion" or "chat.completion.chunk"): the choice
+    carries ``payload`` under ``field`` ("text" or "delta"); no choice when ``payload`` is None
+    (a usage-only chunk)."""
+    choices = [] if payload is None else [{"index": 0, field: payload, "logprobs": None, "finish_reason": reason}]
     if stats is not None and choices:
         choices[0]["verispec"] = stats
-    out = {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": choices}
+    out = {"id": rid, "object": kind, "created": created, "model": model, "choices": choices}
     if usage is not None:
         out["usage"] = usage
     return out
+
+
+def completion_chunk(rid: str, model: str, created: int, text: str | None, reason: str | None = None,
+                     stats: dict | None = None, usage: dict | None = None) -> dict:
+    return _chunk("text_completion", "text", rid, model, created, text, reason, stats, usage)
 
 
 def chat_chunk(rid: str, model: str, created: int, delta: dict | None, reason: str | None = None,
                stats: dict | None = None, usage: dict | None = None) -> dict:
-    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]
-    if stats is not None and choices:
-        choices[0]["verispec"] = stats
-    out = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
-    if usage is not None:
-        out["usage"] = usage
-    return out
+    return _chunk("chat.completion.chunk", "delta", rid, model, created, delta, reason, stats, usage)
 
 
 def now() -> int:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 import torch
 
-from .extension import LazyKernel, build_extension
+from .extension import LANES_SOURCE, LazyKernel, build_extension
 
 __all__ = ["ATTEND_SOURCE", "load_attend", "attend_reference", "invariant_attention"]
 
@@ -60,10 +60,8 @@ ATTEND_SOURCE = r"""
 #define QB 4   // queries of one head computed together (they share the loads of keys and values)
 #define KB 4   // keys whose dot products are computed side by side (each in its own accumulator)
 
-typedef float vf __attribute__((vector_size(VW * 4)));
+""" + LANES_SOURCE + r"""
 typedef int vi __attribute__((vector_size(VW * 4)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v4 __attribute__((vector_size(16)));
 
 static inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
 
@@ -77,18 +75,6 @@ static inline vf fma(vf a, vf b, vf c) {
 #else
   return a * b + c;
 #endif
-}
-
-// The lanes of v, summed in a fixed pairwise order: lane i + lane i + VW/2, then halves again.
-static inline float hsum(vf v) {
-#if VW == 16
-  v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-#else
-  v8 a = v;
-#endif
-  v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  float c0 = b[0] + b[2], c1 = b[1] + b[3];
-  return c0 + c1;
 }
 
 // exp(x) for x <= 0 in every lane (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r,

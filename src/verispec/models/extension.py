@@ -28,7 +28,29 @@ import torch
 
 from .paths import cache_dir, cpuinfo_field
 
-__all__ = ["build_name", "extension_dir", "build_extension", "extensions_disabled", "LazyKernel"]
+__all__ = ["build_name", "extension_dir", "build_extension", "extensions_disabled", "LazyKernel", "LANES_SOURCE"]
+
+#: C++ shared by the kernels' sources, after their ``#define VW`` (floats per vector, 8 or 16):
+#: the vector types and ``hsum``, the lanes of a vector summed in a fixed pairwise order (lane i +
+#: lane i + VW/2, then the halves again, with shuffles), the same for every call and kernel.
+LANES_SOURCE = r"""
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+
+// The lanes of v in a fixed pairwise order (a scalar loop over the lanes cost rowdot more than
+// the multiply-adds of a 16-row call).
+static inline float hsum(vf v) {
+#if VW == 16
+  v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+  v8 a = v;
+#endif
+  v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  float c0 = b[0] + b[2], c1 = b[1] + b[3];
+  return c0 + c1;
+}
+"""
 
 
 def extensions_disabled() -> bool:

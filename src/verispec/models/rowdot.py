@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import torch
 
-from .extension import build_extension, build_name, extensions_disabled
+from .extension import LANES_SOURCE, build_extension, build_name, extensions_disabled
 
 __all__ = ["ROWDOT_SOURCE", "ROWDOT_VERSION", "load_rowdot"]
 
@@ -51,24 +51,7 @@ ROWDOT_SOURCE = r"""
 #define NB 4   // weight rows per block
 #define AHEAD 2  // blocks ahead whose weights are prefetched into L2 while this block computes
 
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v4 __attribute__((vector_size(16)));
-
-// Sum of the lanes in a fixed pairwise order (the same for every call): lane i + lane i + VW/2,
-// then the halves again, with vector shuffles (a scalar loop over the lanes cost more than the
-// multiply-adds of a 16-row call).
-static inline float hsum(vf v) {
-#if VW == 16
-  v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-#else
-  v8 a = v;
-#endif
-  v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  float c0 = b[0] + b[2], c1 = b[1] + b[3];
-  return c0 + c1;
-}
-
+""" + LANES_SOURCE + r"""
 // y[r, n0 + j] for r < R, j < nb: R rows of x against nb (<= NB) weight rows from n0.
 // Each output depends only on its own row of x and weight row, so R does not change it.
 // ``ahead`` (or null): the NB * K weights of a later block, prefetched into L2 one cache line per

@@ -409,14 +409,19 @@ def test_loadgen_reports_each_level(server, tmp_path):
 
     out = tmp_path / "load.json"
     assert loadgen(["--url", server.url, "--workload", "code,qa", "--limit", "1", "--concurrency", "1,2",
-                    "--max-tokens", "8", "--out", str(out)]) == 0
-    results = json.loads(out.read_text())["results"]
-    assert [(r["spec"], r["concurrency"]) for r in results] == [("on", 1), ("on", 2), ("off", 1), ("off", 2)]
-    for r in results:
-        assert r["requests"] == 2 and r["failed"] == 0 and r["output_tok_s"] > 0
+                    "--max-tokens", "8", "--repeats", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    results = report["results"]
+    assert [(r["spec"], r["concurrency"]) for r in results] == [("on", 1), ("off", 1), ("on", 2), ("off", 2)]
+    for r in results:  # two prompts, two repeats, pooled
+        assert r["requests"] == 4 and r["repeats"] == 2 and r["failed"] == 0 and r["output_tok_s"] > 0
         assert r["ttft_p50_ms"] > 0 and r["itl_p50_ms"] > 0
     assert all(r["mean_k"] > 0 for r in results if r["spec"] == "on")
     assert all(r["mean_k"] == 0 and r["tau"] == 1 for r in results if r["spec"] == "off")
+    for c, on, off in ((c, *(r for r in results if r["concurrency"] == c)) for c in (1, 2)):
+        ratio = report["on_over_off"][str(c)]
+        assert ratio["pooled"] == pytest.approx(on["output_tok_s"] / off["output_tok_s"])
+        assert ratio["lowest"] <= ratio["highest"]
 
 
 def test_sigterm_exits_0(server):

@@ -1,13 +1,17 @@
 """``verispec bench serve`` (or ``python -m verispec.serve.loadgen``): load a server with the built-in workloads.
 
-Starts ``verispec serve`` on a free loopback port (or targets ``--url``), then for each
+Starts ``verispec serve`` on a free loopback port (or targets ``--url``), warms it up (every
+prompt once per speculation setting at the highest concurrency, a few tokens each, untimed: a
+server's first batches pay for building kernels and shapes), then for each concurrency level runs
+the workloads' prompts with that many clients at once, each streaming its answers, once per
 speculation setting (``on``: the server's drafter; ``off``: every request sent with ``"draft":
-"none"``) and each concurrency level runs the workloads' prompts with that many clients at once,
-each streaming its answers, and reports per setting: output tokens per second (all clients'
-completion tokens over the wall time of the level), time to first token and inter-token latency
-p50 / p95 (ITL: the gaps between streamed chunks that carry text, over the tokens between them,
-as vLLM's benchmark counts them), and mean K (draft tokens per target pass, from the
-``verispec`` object of each answer) and tau (tokens per target pass).
+"none"``) and ``--repeats`` times, the settings' order alternating between repeats so that drift
+hits both alike. It reports per setting and level, pooled over the repeats: output tokens per
+second (all clients' completion tokens over the summed wall time), time to first token and
+inter-token latency p50 / p95 (ITL: the gaps between streamed chunks that carry text, over the
+tokens between them, as vLLM's benchmark counts them), mean K (draft tokens per target pass,
+from the ``verispec`` object of each answer) and tau (tokens per target pass); then on / off per
+level, with the lowest and highest ratio of single repeats.
 
 Only the standard library talks HTTP here (``http.client``, one thread per client).
 """
@@ -56,6 +60,7 @@ class LevelResult:
     itl_p95_ms: float
     mean_k: float
     tau: float
+    repeats: int = 1
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -127,18 +132,26 @@ def _one(url: str, model: str, prompt, max_tokens: int, temperature: float, spec
         conn.close()
 
 
-def run_level(url: str, model: str, prompts: list, concurrency: int, spec_on: bool, max_tokens: int,
-              temperature: float, timeout: float = 600.0) -> LevelResult:
-    """All ``prompts`` through ``concurrency`` clients at once (each client takes the next prompt)."""
+def _answers(url: str, model: str, prompts: list, concurrency: int, spec_on: bool, max_tokens: int,
+             temperature: float, timeout: float = 600.0) -> tuple[list[Answer], float]:
+    """All ``prompts`` through ``concurrency`` clients at once (each client takes the next prompt):
+    the answers and the wall time in seconds."""
     t0 = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         answers = list(pool.map(lambda ip: _one(url, model, ip[1], max_tokens, temperature, spec_on, ip[0], timeout),
                                 enumerate(prompts)))
     wall = time.perf_counter() - t0
-    good = [a for a in answers if a.ok]
     for a in answers:
         if not a.ok:
             print(f"  request failed: {a.error}", file=sys.stderr)
+    return answers, wall
+
+
+def _pooled(spec_on: bool, concurrency: int, runs: list[tuple[list[Answer], float]]) -> LevelResult:
+    """One level's result over ``runs`` (answers, wall seconds) of the same prompts."""
+    answers = [a for run, _ in runs for a in run]
+    wall = sum(w for _, w in runs)
+    good = [a for a in answers if a.ok]
     tokens = sum(a.tokens for a in good)
     passes = sum(a.passes for a in good)
     ttft = [a.ttft for a in good if a.ttft == a.ttft]
@@ -147,7 +160,29 @@ def run_level(url: str, model: str, prompts: list, concurrency: int, spec_on: bo
                        tokens / wall if wall > 0 else float("nan"), 1e3 * _pct(ttft, 0.5), 1e3 * _pct(ttft, 0.95),
                        1e3 * _pct(itl, 0.5), 1e3 * _pct(itl, 0.95),
                        sum(a.drafted for a in good) / passes if passes else float("nan"),
-                       tokens / passes if passes else float("nan"))
+                       tokens / passes if passes else float("nan"), len(runs))
+
+
+def run_level(url: str, model: str, prompts: list, concurrency: int, spec_on: bool, max_tokens: int,
+              temperature: float, timeout: float = 600.0) -> LevelResult:
+    """All ``prompts`` through ``concurrency`` clients at once (each client takes the next prompt)."""
+    return _pooled(spec_on, concurrency, [_answers(url, model, prompts, concurrency, spec_on, max_tokens,
+                                                   temperature, timeout)])
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else float("nan")
+
+
+def _tok_s(run: tuple[list[Answer], float]) -> float:
+    answers, wall = run
+    return sum(a.tokens for a in answers if a.ok) / wall if wall > 0 else float("nan")
+
+
+def _line(r: LevelResult) -> str:
+    return (f"spec {r.spec:3} x{r.concurrency:<2} {r.output_tok_s:8.1f} tok/s  TTFT p50/p95 "
+            f"{r.ttft_p50_ms:7.1f}/{r.ttft_p95_ms:7.1f} ms  ITL p50/p95 {r.itl_p50_ms:6.1f}/"
+            f"{r.itl_p95_ms:6.1f} ms  mean K {r.mean_k:4.2f}  tau {r.tau:4.2f}  failed {r.failed}/{r.requests}")
 
 
 def _free_port() -> int:
@@ -206,6 +241,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--spec", default="on,off", help="'on', 'off' or both")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--repeats", type=int, default=2,
+                   help="runs of each level per setting, the settings' order alternating (default 2)")
+    p.add_argument("--warmup-tokens", type=int, default=8,
+                   help="tokens per prompt of the untimed warm-up round (0: no warm-up; default 8)")
     p.add_argument("--startup-timeout", type=float, default=300.0)
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     return p
@@ -221,6 +260,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m verispec.serve.lo
         raise ValueError(f"--spec takes 'on', 'off' or 'on,off', got {args.spec!r}")
     if args.limit < 1 or args.max_tokens < 1:
         raise ValueError("--limit and --max-tokens must be >= 1")
+    if args.repeats < 1 or args.warmup_tokens < 0:
+        raise ValueError(f"--repeats must be >= 1 and --warmup-tokens >= 0, got {args.repeats} and "
+                         f"{args.warmup_tokens}")
     by_cat: dict[str, list] = {}
     for pr in load_workload(args.workload):
         by_cat.setdefault(pr.category, []).append(pr)
@@ -236,18 +278,31 @@ def main(argv: list[str] | None = None, prog: str = "python -m verispec.serve.lo
         model = json.loads(body)["data"][0]["id"]
         print(f"{len(prompts)} prompts ({args.workload}, {args.limit} per workload), {args.max_tokens} tokens, "
               f"temperature {args.temperature}, model {model} at {url}", file=sys.stderr)
-        results = []
-        for spec in specs:
-            for c in levels:
-                r = run_level(url, model, prompts, c, spec == "on", args.max_tokens, args.temperature)
-                results.append(r)
-                print(f"spec {r.spec:3} x{r.concurrency:<2} {r.output_tok_s:8.1f} tok/s  TTFT p50/p95 "
-                      f"{r.ttft_p50_ms:7.1f}/{r.ttft_p95_ms:7.1f} ms  ITL p50/p95 {r.itl_p50_ms:6.1f}/"
-                      f"{r.itl_p95_ms:6.1f} ms  mean K {r.mean_k:4.2f}  tau {r.tau:4.2f}  "
-                      f"failed {r.failed}/{r.requests}", flush=True)
+        if args.warmup_tokens:
+            for spec in specs:  # untimed: the first batches build kernels and shapes
+                _answers(url, model, prompts, max(levels), spec == "on", args.warmup_tokens, args.temperature)
+        results, ratios = [], {}
+        for c in levels:
+            runs: dict[str, list] = {s: [] for s in specs}
+            for r in range(args.repeats):
+                for spec in (specs if r % 2 == 0 else specs[::-1]):
+                    runs[spec].append(_answers(url, model, prompts, c, spec == "on", args.max_tokens,
+                                               args.temperature))
+            for spec in specs:
+                res = _pooled(spec == "on", c, runs[spec])
+                results.append(res)
+                print(_line(res), flush=True)
+            if len(specs) == 2:
+                single = [_ratio(_tok_s(a), _tok_s(b)) for a, b in zip(runs["on"], runs["off"])]
+                on, off = (next(x for x in results[-2:] if x.spec == s) for s in ("on", "off"))
+                ratios[c] = (_ratio(on.output_tok_s, off.output_tok_s), min(single), max(single))
+                print(f"on / off x{c:<2} {ratios[c][0]:.2f} (repeats {ratios[c][1]:.2f}-{ratios[c][2]:.2f})",
+                      flush=True)
         if args.out:
             with open(args.out, "w") as f:
-                json.dump({"args": vars(args), "results": [asdict(r) for r in results]}, f, indent=1)
+                json.dump({"args": vars(args), "results": [asdict(r) for r in results],
+                           "on_over_off": {str(c): {"pooled": r[0], "lowest": r[1], "highest": r[2]}
+                                           for c, r in ratios.items()}}, f, indent=1)
         return 1 if any(r.failed for r in results) else 0
     finally:
         if proc is not None:

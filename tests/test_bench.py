@@ -695,8 +695,8 @@ def test_report_says_when_verify_costs_are_not_monotone() -> None:
 
 
 def test_every_run_measures_the_pass_cost_table_it_is_read_against(tiny_target, tiny_draft):
-    """v(n)/v(1) for n = 1..16 and each drafter's step and c, checked against the goals."""
-    from verispec.bench.pass_table import GOALS, pass_cost_table
+    """v(n)/v(1) for n = 1..16 and each drafter's step and c (a lookup drafts for free)."""
+    from verispec.bench.pass_table import pass_cost_table
     from verispec.bench.runner import DrafterSpec
     from verispec.drafters import ModelDrafter, PromptLookupDrafter
 
@@ -706,9 +706,7 @@ def test_every_run_measures_the_pass_cost_table_it_is_read_against(tiny_target, 
     table = pass_cost_table(tiny_target, specs, "test cpu")
     assert list(table["ratio"]) == list(range(1, 17)) and table["ratio"][1] == 1.0
     assert table["drafters"]["ngram"]["c"] == 0.0 and table["drafters"]["small"]["c"] > 0
-    v5 = table["goals"]["v5_over_v1"]
-    assert v5["value"] == table["ratio"][5] and v5["met"] == (table["ratio"][5] <= GOALS["v5"])
-    assert "eagle_c" not in table["goals"]  # no EAGLE head among the drafters
+    assert all(table["ratio"][n] > 0 for n in range(1, 17)) and "goals" not in table
 
 
 def test_the_kernel_line_names_what_each_shape_runs():

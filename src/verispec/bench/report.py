@@ -380,7 +380,7 @@ def _bucket_name(b: int) -> str:
 
 
 def _print_pass_costs(pc: dict | None, console: Console) -> None:
-    """The pass-cost table measured before the run (what k=auto weighs), against the goals."""
+    """The pass-cost table measured before the run (what k=auto weighs)."""
     if not pc:
         return
     ratios = " ".join(f"{n}:{r:.2f}" for n, r in pc["ratio"].items())
@@ -388,9 +388,6 @@ def _print_pass_costs(pc: dict | None, console: Console) -> None:
                   f"{pc['v1_ms']:.1f} ms; v(n)/v(1): {ratios}")
     for label, d in pc["drafters"].items():
         console.print(f"  draft step {label}: {d['draft_step_ms']:.2f} ms, c = {d['c']:.3f}")
-    goals = "; ".join(f"{name} {g['value']:.2f} (goal <= {g['goal']:g}: {'met' if g['met'] else 'NOT met'})"
-                      for name, g in pc["goals"].items())
-    console.print(f"  goals: {goals}")
     for name, k in (pc.get("kernels") or {}).items():
         console.print(f"  kernels {name}: {_kernels_line(k)}")
 

@@ -157,6 +157,27 @@ def test_seeded_text_and_greedy_drafts_under_load_in_the_engine(tiny_target, tin
     assert steep_drafted < 0.5 * flat_drafted, (steep_drafted, flat_drafted)
 
 
+def test_unseeded_sampled_rows_draft_less_under_load(tiny_target, tiny_draft):
+    """A sampled request without a seed promises no text, so it weighs the batch's measured
+    costs like a greedy row (an OpenAI client sends no seed by default): under the steep table
+    8 such rows draft far less than under the B-free one. Seeded, they would draft alike."""
+    flat = PassCosts(ONE, draft_step=0.05)
+    steep = PassCosts(ONE, draft_step=0.05, rows={2: {1: 1.0, 2: 1.05}, 8: {w: 8.0 * w for w in (1, 2)}})
+    drafted = {}
+    for seed in (None, 5):
+        for name, costs in (("flat", flat), ("steep", steep)):
+            dec = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_draft), k="auto", costs=costs)
+            sp = SamplingParams(temperature=0.9, seed=seed)
+            state = dec.start([Request(f"ab {i}", 24, sp, request_id=i) for i in range(8)])
+            for _ in range(200):
+                if not len(state):
+                    break
+                dec.step(state)
+            drafted[seed, name] = state.stats.drafted
+    assert drafted[None, "steep"] < 0.5 * drafted[None, "flat"], drafted
+    assert drafted[5, "steep"] == drafted[5, "flat"], drafted
+
+
 def _fake_timings(monkeypatch, calls: list):
     from verispec.engine import costs as costs_module
 

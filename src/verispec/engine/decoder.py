@@ -20,7 +20,7 @@ import torch
 from ..drafters import Drafter
 from ..models import CausalLM, load_causal_lm
 from ..rng import random_seeds
-from ..runner import KVRunner, prefill
+from ..kv import KVRunner, prefill
 from ..sampling import RowParams, SamplingParams
 from ..verify import METHODS
 from .costs import CostTables, PassCosts, load_costs, measure_pass_costs, reference_costs
@@ -345,8 +345,11 @@ class SpeculativeDecoder:
         gumbel = torch.tensor([r.method == "gumbel" for r in rows])
         state.params = state.params.cat(params)
         state.gumbel = torch.cat([state.gumbel, gumbel])
-        # sampled "exact" rows (text depends on draft lengths) read the timing-free cost table
-        state.policy.add([r.k if r.k is not None else self.k for r in requests], fixed=~params.greedy.cpu() & ~gumbel)
+        # seeded sampled "exact" rows (text depends on draft lengths) read the timing-free cost table;
+        # an unseeded one promises no text, so it weighs the measured costs and drafts less under load
+        seeded = torch.tensor([r.sampling.seed is not None for r in requests])
+        state.policy.add([r.k if r.k is not None else self.k for r in requests],
+                         fixed=~params.greedy.cpu() & ~gumbel & seeded)
 
     def target_step_seconds(self, context: Sequence[int], repeats: int = 3) -> float:
         """Median seconds of one-token target forwards after ``context`` (for speedup estimates)."""

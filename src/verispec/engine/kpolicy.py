@@ -18,7 +18,7 @@ from its q and the rule's proof holds.
 
 Reproducibility: the costs are tables fixed before the request (:mod:`verispec.engine.costs`),
 never live timings, and each row reads one of two (:class:`~verispec.engine.costs.CostTables`):
-a row flagged ``fixed`` (a sampled "exact" row, whose text depends on its draft lengths) reads
+a row flagged ``fixed`` (a seeded sampled "exact" row, whose text depends on its draft lengths) reads
 the timing-free table, the others (greedy, Gumbel: text independent of draft lengths) the
 measured one. The choice is a ``[B]`` mask applied with ``torch.where``, no per-row loop.
 

@@ -91,7 +91,7 @@ def test_bad_arguments_are_named(tiny_target, tmp_path) -> None:
 def test_recorded_features_are_the_teacher_forced_ones(tiny_target, tmp_path) -> None:
     """The hidden states kept while generating equal one teacher-forced pass over prompt + answer
     (every position but the last); a recorder that skipped or shifted a step would fail."""
-    from verispec.eagle import target_features
+    from verispec.drafters.eagle_head import target_features
 
     _run(tiny_target, tmp_path, features=True)
     for p in answer_shards(tmp_path):
@@ -108,7 +108,7 @@ def test_recorded_features_are_the_teacher_forced_ones(tiny_target, tmp_path) ->
 
 def test_a_head_trains_on_answer_shards_and_reports_agreement_per_family(tmp_path) -> None:
     from verispec.distill.head import train_head
-    from verispec.eagle import load_eagle_head, save_eagle_head
+    from verispec.drafters.eagle_head import load_eagle_head, save_eagle_head
     from verispec.testing import tiny_eagle, tiny_llama
 
     tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)  # heads train in float32
@@ -148,10 +148,10 @@ def test_family_weights_draw_every_family_equally_often() -> None:
 def test_balanced_head_training_draws_by_family_weights(tmp_path, monkeypatch) -> None:
     """``balance="families"`` hands train_eagle the family weights of the training sequences in
     shard order; ``"none"`` hands it nothing (uniform); anything else is refused by name."""
-    import verispec.eagle_train as eagle_train
+    import verispec.distill.eagle_train as eagle_train
     from verispec.distill.answers import read_answer_index
     from verispec.distill.head import family_weights, train_head
-    from verispec.eagle import save_eagle_head
+    from verispec.drafters.eagle_head import save_eagle_head
     from verispec.testing import tiny_eagle, tiny_llama
 
     tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
@@ -182,7 +182,7 @@ def test_balanced_head_training_draws_by_family_weights(tmp_path, monkeypatch) -
 
 def test_the_answer_vocab_map_holds_the_most_written_answer_tokens() -> None:
     from verispec.distill.head import answer_vocab_map, map_coverage
-    from verispec.eagle_train import FeatureSet
+    from verispec.distill.eagle_train import FeatureSet
 
     ids = torch.tensor([[1, 2, 7, 7, 7, 9, 0], [3, 4, 8, 8, 9, 5, 0]])
     weight = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0, 0]], dtype=torch.uint8)  # 6 tokens each
@@ -221,7 +221,7 @@ def test_verispec_distill_runs_the_data_tools(tmp_path, capsys) -> None:
 
 def test_a_time_budget_shortens_head_training_after_its_first_steps(tmp_path) -> None:
     from verispec.distill.head import train_head
-    from verispec.eagle import save_eagle_head
+    from verispec.drafters.eagle_head import save_eagle_head
     from verispec.testing import tiny_eagle, tiny_llama
 
     tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
@@ -235,7 +235,7 @@ def test_a_time_budget_shortens_head_training_after_its_first_steps(tmp_path) ->
 
 
 def test_steps_within_a_budget_follow_the_pace_so_far() -> None:
-    from verispec.eagle_train import steps_within
+    from verispec.distill.eagle_train import steps_within
 
     assert steps_within(100, 20, 20, 20, 1000) == 100  # 1 s per step: 80 more
     assert steps_within(100, 60, 40, 40, 100) == 66  # slowed to 1.5 s per step: 26 more
@@ -250,9 +250,9 @@ def test_a_machine_that_slows_mid_run_shortens_head_training_again(tmp_path, mon
     the first plan, 100 steps, and overrun the budget)."""
     import types
 
-    import verispec.eagle_train as eagle_train
+    import verispec.distill.eagle_train as eagle_train
     from verispec.distill.head import train_head
-    from verispec.eagle import save_eagle_head
+    from verispec.drafters.eagle_head import save_eagle_head
     from verispec.testing import tiny_eagle, tiny_llama
 
     tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
@@ -274,7 +274,7 @@ def test_bfloat16_autocast_training_keeps_float32_weights_and_follows_the_float3
     """Training with the forward's matrix products in bfloat16 moves the head as float32 training
     does (close), yet not identically (so the autocast really ran), and keeps float32 weights."""
     from verispec.distill.head import train_head
-    from verispec.eagle import load_eagle_head, save_eagle_head
+    from verispec.drafters.eagle_head import load_eagle_head, save_eagle_head
     from verispec.testing import tiny_eagle, tiny_llama
 
     tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
@@ -300,7 +300,7 @@ def test_feature_sets_load_shards_of_different_lengths_padded_with_zeros(tmp_pat
     the longest and concatenating (written here apart from the loader), in shard order."""
     from safetensors.torch import save_file
 
-    from verispec.eagle_train import FeatureSet
+    from verispec.distill.eagle_train import FeatureSet
 
     g = torch.Generator().manual_seed(3)
     shards = []

@@ -12,7 +12,7 @@ from verispec.cli import main as cli_main
 from verispec.distill.answers import AnswerJob, answer_shards, generate_answers, read_answer_shard
 from verispec.distill.archive import AnswerArchive, pack_answers, read_archive, write_archive
 from verispec.distill.refeature import archive_features, sequence_features
-from verispec.training import atomic_save
+from verispec.distill.training import atomic_save
 
 JOBS = [AnswerJob(f"j{i}", "chat" if i % 2 else "math", " ".join("abcdefgh"[: 2 + i % 5])) for i in range(7)]
 
@@ -78,7 +78,7 @@ def test_rebuilt_features_equal_the_recorded_ones(tiny_target, tmp_path) -> None
 def test_batched_features_do_not_depend_on_the_batch(tiny_target) -> None:
     """Right-padding needs no mask for a causal model: each sequence's features are those of a
     pass over it alone, in any batch shape."""
-    from verispec.eagle import target_features
+    from verispec.drafters.eagle_head import target_features
 
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(0, 64, (n,), generator=g).tolist() for n in (9, 3, 14, 5, 14, 2)]

@@ -1,4 +1,4 @@
-"""verispec.chat_prompts: offline chat prompts built from Python sources."""
+"""verispec.distill.chat_prompts: offline chat prompts built from Python sources."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from verispec.chat_prompts import chat_prompts
+from verispec.distill.chat_prompts import chat_prompts
 
 
 def _corpus(tmp_path: Path) -> list[Path]:

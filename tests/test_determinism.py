@@ -144,7 +144,7 @@ def test_default_draft_weights_follow_the_cpu_rule_not_a_timing(tmp_path):
     """Two processes whose timings of the draft weights disagree (one finds float32 fastest, the
     other int8 or float16) bind the same default weights, the CPU rule's, and give one text.
     (Before the fix the default was the timing's pick, and q's bits, hence the text, followed it.)"""
-    from verispec.eagle import capability_draft_weights
+    from verispec.drafters.eagle_head import capability_draft_weights
     from verispec.testing import tiny_eagle, tiny_llama
 
     target = tiny_llama(vocab_size=64, hidden=64, layers=4, seed=0, dtype=torch.float32)
@@ -165,7 +165,7 @@ def test_default_draft_weights_follow_the_cpu_rule_not_a_timing(tmp_path):
 def test_the_cpu_rule_maps_the_cpus_seen():
     """The rule on the flags of the CPUs this ran on (as :func:`verispec.models.cpu_matrix_units`
     lists them), for a head every kernel serves."""
-    from verispec.eagle import capability_draft_weights
+    from verispec.drafters.eagle_head import capability_draft_weights
     from verispec.models import fp16_linear, int8_linear
     from verispec.testing import tiny_eagle, tiny_llama
 

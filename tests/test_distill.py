@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from verispec import distill as D
 from verispec.drafters import EagleDrafter, HybridDrafter, ModelDrafter
-from verispec.eagle import load_eagle_head
+from verispec.drafters.eagle_head import load_eagle_head
 from verispec.engine import SpeculativeDecoder
 from verispec.models import DRAFT_DIR, CausalLM, _slice_head, load_causal_lm
 from verispec.sampling import SamplingParams

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from verispec.drafters import EAGLE_BUILTINS, EAGLE_DRAFT, EagleDrafter, load_drafter
-from verispec.eagle import (EagleDraftModel, bind_eagle, features_match_logits, is_eagle_dir, load_eagle_head,
+from verispec.drafters.eagle_head import (EagleDraftModel, bind_eagle, features_match_logits, is_eagle_dir, load_eagle_head,
                             save_eagle_head, target_features)
-from verispec.eagle_train import ttt_mask, unrolled_predictions
+from verispec.distill.eagle_train import ttt_mask, unrolled_predictions
 from verispec.engine import SpeculativeDecoder
 from verispec.models import ModelLoadError
-from verispec.runner import KVRunner
+from verispec.kv import KVRunner
 from verispec.sampling import SamplingParams
 from verispec.testing import tiny_eagle, tiny_llama
 
@@ -140,7 +140,7 @@ def test_draft_steps_use_cpu_kernels_only_on_the_cpu(monkeypatch) -> None:
     """A bound head packs (or float16-copies) its weights on the CPU; on another device (here
     "meta") it keeps plain ``F.linear`` matmuls, "auto" means fp32 there (measured or fixed
     choice) and "fp16" is refused."""
-    from verispec import eagle
+    from verispec.drafters import eagle_head as eagle
     from verispec.models import fp16_linear
 
     calls: list[str] = []
@@ -371,7 +371,7 @@ def _loss_over_all_positions(outs, f, w, W, reg_weight):
 def test_the_loss_over_scored_positions_and_a_cropped_batch_is_the_loss_over_all(tiny_target) -> None:
     """unrolled_loss gathers the positions of weight > 0 and the trainer crops the batch after
     its last one: the same loss and gradient as scoring every position of the full batch."""
-    from verispec.eagle_train import FeatureSet, _last_scored, _position_weight, unrolled_loss
+    from verispec.distill.eagle_train import FeatureSet, _last_scored, _position_weight, unrolled_loss
 
     files, dm = _draft_model(tiny_target)
     g = torch.Generator().manual_seed(3)

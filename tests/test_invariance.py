@@ -24,7 +24,7 @@ from verispec.models import apply_cpu_kernels, load_causal_lm
 from verispec.models.attend import attend_reference, load_attend
 from verispec.models.kernels import InvariantKernelsUnavailable, invariant_kernels
 from verispec.models.panel import load_panel
-from verispec.runner import KVRunner
+from verispec.kv import KVRunner
 from verispec.testing import tiny_eagle, tiny_llama
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}

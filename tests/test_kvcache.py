@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from verispec.kvcache import GrowingLayer
-from verispec.runner import KVRunner
+from verispec.kv.layer import GrowingLayer
+from verispec.kv import KVRunner
 
 
 def _states(B: int, T: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,7 +149,7 @@ def test_a_crop_of_the_front_keeps_the_buffer_and_appends_stay_in_place() -> Non
 
 
 def test_a_view_of_another_row_or_head_is_not_taken_for_a_column_window() -> None:
-    from verispec.kvcache import _window
+    from verispec.kv.layer import _window
 
     buf = torch.zeros(3, 2, 8, 4)
     assert _window(buf[:2, :, 3:7], buf) == 3

@@ -7,7 +7,7 @@ import torch
 
 from verispec.models import lean_layers
 from verispec.models import lean as lean_mod
-from verispec.runner import KVRunner
+from verispec.kv import KVRunner
 from verispec.testing import tiny_llama
 
 

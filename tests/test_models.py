@@ -383,7 +383,7 @@ def test_gqa_attention_is_bit_identical_to_hf_sdpa() -> None:
     """The KV-sharing SDPA path gives exactly HF's SDPA results on masked multi-token passes
     (a verify pass over a ragged batch with holes), and leaves one-token passes to HF."""
     from verispec.models import gqa_attention
-    from verispec.runner import KVRunner, left_pad
+    from verispec.kv import KVRunner, left_pad
 
     ref = tiny_llama(seed=4, dtype=torch.float32)
     fast = tiny_llama(seed=4, dtype=torch.float32)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verispec.runner import KVRunner, left_pad
+from verispec.kv import KVRunner, left_pad
 
 
 def chain_logits(model, context: list[int], path: list[int]) -> torch.Tensor:
@@ -111,7 +111,7 @@ def test_prefill_joins_rows_of_any_lengths_without_padding_them_together(tiny_ta
     """Rows of equal length share a pass, others get their own; the joined runner continues each
     row exactly as a runner of that row alone, in the order given, and each row's logits after
     its last token are that runner's (NaN for an empty row, which has none)."""
-    from verispec.runner import prefill
+    from verispec.kv import prefill
 
     model = tiny_target.model
     rows = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14], [], [15]]
@@ -145,7 +145,7 @@ def test_joined_rows_sit_in_the_newest_columns_and_the_oldest_leave_with_their_r
     """Continuous batching: a narrower row that joins takes the cache's last columns (holes
     first), so when the oldest row leaves its columns are cropped off the front without a copy,
     and every row still gets the logits it has alone."""
-    from verispec.kvcache import GrowingLayer
+    from verispec.kv.layer import GrowingLayer
 
     model = tiny_target.model
     r = KVRunner(model, 1)

@@ -139,13 +139,13 @@ def save_tiny_llama(path: str | os.PathLike, **kw: object) -> Path:
 
 def tiny_eagle(target: CausalLM, seed: int = 0, vocab_map: torch.Tensor | None = None,
                scale: float = 0.3):
-    """A random EAGLE head (:mod:`verispec.eagle`) for ``target``, as loaded files.
+    """A random EAGLE head (:mod:`verispec.drafters.eagle_head`) for ``target``, as loaded files.
 
     Initialised near "repeat the previous feature" and then perturbed by ``scale``-sized noise
     from ``seed``, so its drafts are neither always right nor always wrong. ``vocab_map``
     (sorted target ids) gives it a reduced output vocabulary.
     """
-    from verispec.eagle import EagleFiles, EagleHead, eagle_config
+    from verispec.drafters.eagle_head import EagleFiles, EagleHead, eagle_config
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

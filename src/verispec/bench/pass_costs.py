@@ -29,7 +29,7 @@ import time
 import torch
 
 from verispec.models import cpu_name, load_causal_lm
-from verispec.runner import KVRunner
+from verispec.kv import KVRunner
 
 
 def pass_costs(context: int = 250, max_width: int = 16, rounds: int = 15, rows: int = 1,

@@ -36,7 +36,7 @@ import torch
 import importlib
 
 from .. import rng, sampling
-from ..drafters import sampling as drafters
+from ..drafters import drawing as drafters
 from ..engine import step as engine_step
 from ..rng import GUMBEL_BLOCK, STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, Draws, GumbelUniforms
 from .reference import gumbel_max_laws, reference_probs, residual_distribution

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import rng, sampling
-from ..drafters import sampling as drafters
+from ..drafters import drawing as drafters
 import importlib
 
 from ..rng import STREAM_ACCEPT, STREAM_EMIT, inverse_cdf

@@ -25,8 +25,8 @@ Three stages, each resumable, all state under one output directory ``out``:
    generation uses the full tied head (both exact: tokens outside the map get q = 0). The cost
    c and acceptance of the fresh draft are then measured (:mod:`.measure`).
 
-``--arch eagle`` trains an EAGLE-style head instead (:mod:`.eagle_head`; :mod:`verispec.eagle`,
-training in :mod:`verispec.eagle_train`): after the labels, the target's final hidden states for
+``--arch eagle`` trains an EAGLE-style head instead (:mod:`.eagle_stage`; :mod:`verispec.drafters.eagle_head`,
+training in :mod:`verispec.distill.eagle_train`): after the labels, the target's final hidden states for
 every label shard are stored in ``out/features/`` (resumable), the head is trained on them, and
 the export is ``eagle_config.json`` + ``eagle.safetensors`` + ``vocab_map.safetensors`` (the
 head uses the target's own embedding and output rows, so it holds no copy of them).

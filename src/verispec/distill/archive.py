@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..training import atomic_save
+from .training import atomic_save
 from .answers import answer_shards, read_answer_index
 
 __all__ = ["ARCHIVE_FORMAT", "AnswerArchive", "pack_answers", "read_archive", "write_archive"]

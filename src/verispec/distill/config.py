@@ -42,7 +42,7 @@ class DistillConfig:
     eval_every: int = 250
     time_budget_s: float = 0.0  # stop labelling after this many seconds (0 = no limit)
     pause_at: int = 0  # stop training at this step (checkpointed; a later run resumes); 0 = never
-    chat_prompts: int = 0  # target answers to chat prompts built from the corpus (verispec.chat_prompts)
+    chat_prompts: int = 0  # target answers to chat prompts built from the corpus (verispec.distill.chat_prompts)
     heldout_chat_prompts: int = 0
     chat_len: int = 320  # tokens per chat sequence (prompt + answer, right-padded)
     chat_new_tokens: int = 160  # longest answer

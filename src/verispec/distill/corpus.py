@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from ..training import atomic_save
+from .training import atomic_save
 
 __all__ = ["TEXT_SUFFIXES", "corpus_files", "prepare_streams", "split_files", "stdlib_files"]
 

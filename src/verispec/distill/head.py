@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from ..eagle import EagleHead
-    from ..eagle_train import FeatureSet
+    from ..drafters.eagle_head import EagleHead
+    from .eagle_train import FeatureSet
     from ..models import CausalLM
 
 __all__ = ["answer_vocab_map", "family_agreement", "family_weights", "load_answers", "main", "map_coverage",
@@ -72,7 +72,7 @@ def family_weights(families: Sequence[str]) -> torch.Tensor:
 
 def load_answers(paths: Sequence[Path]) -> tuple[FeatureSet, list[str]]:
     """Answer shards (with features) as one :class:`FeatureSet`, and each sequence's family."""
-    from ..eagle_train import FeatureSet
+    from .eagle_train import FeatureSet
     from .answers import read_answer_index
 
     if not paths:
@@ -90,7 +90,7 @@ def family_agreement(head: EagleHead, target: CausalLM, vocab_map: torch.Tensor,
                      families: Sequence[str], depth: int) -> dict[str, dict]:
     """Held-out top-1 agreement with the target per unrolled step, at answer positions, per
     family and over all (``"all"``)."""
-    from ..eagle_train import evaluate_eagle
+    from .eagle_train import evaluate_eagle
 
     model = target.model
     embed, out_full = model.get_input_embeddings(), model.get_output_embeddings().weight.detach()
@@ -111,12 +111,12 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     the initial head's vocab map grown to ``map_size`` ids with the tokens the answers use most
     (:func:`answer_vocab_map`); the head's weights do not depend on the map, only its output
     rows do. ``autocast``: train with the forward's matrix products in that dtype (see
-    :func:`verispec.eagle_train.train_eagle`); evaluation stays float32. ``balance``: ``"none"``
+    :func:`verispec.distill.eagle_train.train_eagle`); evaluation stays float32. ``balance``: ``"none"``
     draws training sequences uniformly, ``"families"`` draws every family equally often
     (:func:`family_weights`)."""
-    from ..eagle import save_eagle_head
-    from ..eagle_train import train_eagle
-    from .eagle_head import init_head
+    from ..drafters.eagle_head import save_eagle_head
+    from .eagle_train import train_eagle
+    from .eagle_stage import init_head
 
     if balance not in BALANCE:
         raise ValueError(f"balance must be one of {BALANCE}, got {balance!r}")

@@ -17,7 +17,7 @@ __all__ = ["measure_acceptance", "measure_cost"]
 
 def _target_step_times(target, ids: list[int], steps: int) -> list[float]:
     """Seconds per one-token greedy target step through ``KVRunner``, after a prefill of ``ids``."""
-    from ..runner import KVRunner
+    from ..kv import KVRunner
 
     r = KVRunner(target.model, 1)
     r.forward(torch.tensor([ids]))

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..training import atomic_json
+from .training import atomic_json
 from .config import DistillConfig
 from .corpus import prepare_streams
 from .dataset import LabelSet, label_files, sequence_weights
-from .eagle_head import check_init_head, init_head, train_export_eagle
+from .eagle_stage import check_init_head, init_head, train_export_eagle
 from .measure import measure_acceptance, measure_cost
 from .shards import make_labels
 from .student import export_student, parse_arch
@@ -27,7 +27,7 @@ from .vocab_map import coverage, run_vocab_map
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
 
-    from ..eagle import EagleFiles
+    from ..drafters.eagle_head import EagleFiles
     from ..models import CausalLM
 
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..eagle import target_features
-from ..training import atomic_save
+from ..drafters.eagle_head import target_features
+from .training import atomic_save
 from .answers import AnswerJob, shard_path, shard_tensors
 from .archive import AnswerArchive, read_archive
 

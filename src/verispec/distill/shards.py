@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..training import atomic_save
+from .training import atomic_save
 from .config import DistillConfig, mix
 from .labels import generate_chat, generate_labelled, label_chunks
 from .progress import progress_bar
@@ -77,7 +77,7 @@ def _chat_shard(cfg: DistillConfig, target: CausalLM, split: str, index: int,
     """Shard ``index`` of the split's chat prompts (``cfg.chat_batch`` of them), answered by the target."""
     if files is None:
         raise ValueError("chat shards need the corpus files")
-    from ..chat_prompts import chat_prompts
+    from .chat_prompts import chat_prompts
 
     n_all = cfg.chat_prompts if split == "train" else cfg.heldout_chat_prompts
     msgs = chat_prompts(files[0] if split == "train" else files[1], n_all,

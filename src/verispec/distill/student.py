@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..training import atomic_json, atomic_save
+from .training import atomic_json, atomic_save
 
 if TYPE_CHECKING:
     from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..training import cosine_lr, load_training_state, save_training_state
+from .training import cosine_lr, load_training_state, save_training_state
 from .config import DistillConfig, mix
 from .dataset import LabelSet, sequence_weights
 from .loss import distill_loss, evaluate

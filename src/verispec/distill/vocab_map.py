@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import load_file
 
-from ..training import atomic_save
+from .training import atomic_save
 from .config import DistillConfig
 from .dataset import LabelSet, sequence_weights
 
 if TYPE_CHECKING:
-    from ..eagle import EagleFiles
+    from ..drafters.eagle_head import EagleFiles
     from ..models import CausalLM
 
 

@@ -93,7 +93,7 @@ def walk_head(head, vocab_map: torch.Tensor, target, held, k: int = 4, first: in
     """``(teacher-forced step-1 agreement over all answer positions, walk counts)`` of ``head``
     (an EAGLE head with its ``vocab_map``) for ``target`` (a loaded ``CausalLM``) on ``held`` (a
     ``FeatureSet`` of answers with features, as ``verispec.distill.head.load_answers`` reads)."""
-    from ..eagle_train import held_out_batches
+    from .eagle_train import held_out_batches
 
     embed, out_full = target.model.get_input_embeddings(), target.model.get_output_embeddings().weight.detach()
     rows = out_full[vocab_map]  # [V_map, H]
@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not held.is_dir() or not any(held.glob("*.safetensors")):
         ap.error(f"--heldout {held}: no answer shards (*.safetensors) there")
     from ..models import load_causal_lm
-    from .eagle_head import init_head
+    from .eagle_stage import init_head
     from .head import load_answers
 
     heads = {}

@@ -1,7 +1,7 @@
 """Drafters: propose tokens (and the q they were drawn from) for the target to verify.
 
 * :mod:`.base`: the :class:`Drafter` protocol the engine drives, and :class:`DraftAsk`.
-* :mod:`.sampling`: how model drafters draw tokens from their logits (:func:`sample_draft`).
+* :mod:`.drawing`: how model drafters draw tokens from their logits (:func:`sample_draft`).
 * :mod:`.model`: a small causal LM sharing the target's tokenizer (:class:`ModelDrafter`).
 * :mod:`.lookup`: prompt lookup, with per-token acceptance estimates (:class:`PromptLookupDrafter`).
 * :mod:`.hybrid`: prompt lookup where it matches, a model elsewhere (:class:`HybridDrafter`).
@@ -30,7 +30,7 @@ from .registry import (
                        resolve_spec,
                        split_spec,
 )
-from .sampling import agreement, greedy_draft, sample_draft, to_target_vocab
+from .drawing import agreement, greedy_draft, sample_draft, to_target_vocab
 
 __all__ = ["Draft", "DraftAsk", "Drafter", "DrafterBase", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter",
            "EagleDrafter", "agreement", "to_target_vocab", "greedy_draft", "sample_draft", "make_drafter",

@@ -1,14 +1,14 @@
-"""Drafting with an EAGLE head over the target's features (see :mod:`verispec.eagle`)."""
+"""Drafting with an EAGLE head over the target's features (see :mod:`verispec.drafters.eagle_head`)."""
 
 from __future__ import annotations
 
 import torch
 
-from ..eagle import DRAFT_WEIGHTS, EagleDraftModel, EagleFiles, bind_eagle, features_match_logits
+from .eagle_head import DRAFT_WEIGHTS, EagleDraftModel, EagleFiles, bind_eagle, features_match_logits
 from ..models import CausalLM
-from ..runner import KVRunner, left_pad
+from ..kv import KVRunner, left_pad, prefill
 from .base import Draft, DraftAsk, DrafterBase
-from .sampling import draft_chain
+from .drawing import draft_chain
 
 __all__ = ["EagleDrafter"]
 
@@ -28,7 +28,7 @@ class EagleDrafter(DrafterBase):
     def __init__(self, files: EagleFiles, name: str = "eagle", *, weights: str = "auto") -> None:
         """``weights``: what each draft step reads, ``"auto"`` (a rule on the CPU's flags),
         ``"fp32"`` / ``"fp16"`` / ``"int8"``, or ``"measured"`` (timed) (see
-        :func:`verispec.eagle.bind_eagle`)."""
+        :func:`verispec.drafters.eagle_head.bind_eagle`)."""
         if weights not in DRAFT_WEIGHTS:
             raise ValueError(f"weights must be one of {DRAFT_WEIGHTS}, got {weights!r}")
         self.files = files
@@ -54,19 +54,20 @@ class EagleDrafter(DrafterBase):
         return self.model
 
     def add(self, prompts: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
-        """New rows join. Their prompts' pairs, but the last, go through the head here, in a runner
-        of their own that then joins the others': fed at the next proposal beside the rows already
-        running, a 200-token prompt made every row's pass 200 columns wide and left as many hole
-        columns in every row's cache (at 8 rows that cost more than speculation gained). The last
-        pair stays pending: the proposal reads its logits."""
+        """New rows join. Their prompts' pairs, but the last, go through the head here, prompts of
+        one length together (:func:`~verispec.kv.prefill`), in runners of their own that then join
+        the others': fed at the next proposal beside the rows already running, a 200-token prompt
+        made every row's pass 200 columns wide and left as many hole columns in every row's cache
+        (at 8 rows that cost more than speculation gained), and padded to the longest prompt, 16
+        joining prompts cost the head a fifth of the target's prefill. The last pair stays
+        pending: the proposal reads its logits."""
         model = self._bound()
         if features is None or len(features) != len(prompts):
             raise ValueError("EagleDrafter needs the target's prompt features (one [len(prompt) - 1, H] per prompt)")
         zero = torch.zeros(1, model.config.hidden_size, dtype=model.dtype)
         pairs = [(list(p), torch.cat([zero, f.to(model.dtype)])) for p, f in zip(prompts, features)]  # (x_i, f_{i-1})
-        joining = KVRunner(model, len(prompts))
-        if any(len(p) > 1 for p, _ in pairs):
-            self._feed(joining, [p[:-1] for p, _ in pairs], [[f[:-1]] for _, f in pairs])
+        # prompts of one length together, never padded to the longest (see kv.prefill)
+        joining = prefill(model, [p[:-1] for p, _ in pairs], features=[f[:-1] for _, f in pairs]).runner
         self.lengths += [len(p) for p in prompts]
         self.pending_tok += [p[-1:] for p, _ in pairs]
         self.pending_feat += [[f[-1:]] for _, f in pairs]

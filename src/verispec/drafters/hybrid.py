@@ -7,7 +7,7 @@ import torch
 from ..models import CausalLM
 from .base import Draft, DraftAsk, Drafter, DrafterBase
 from .lookup import PromptLookupDrafter
-from .sampling import agreement
+from .drawing import agreement
 
 __all__ = ["HybridDrafter"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .base import Draft, DraftAsk, DrafterBase
-from .sampling import agreement
+from .drawing import agreement
 
 __all__ = ["PromptLookupDrafter"]
 
@@ -30,7 +30,7 @@ class PromptLookupDrafter(DrafterBase):
 
     # P(a copied token is accepted | its match length m = 1, 2, ...; the last value for longer),
     # greedy, measured on SmolLM2-135M's answers to the distillation chat prompts (26,854 answer
-    # tokens; verispec.chat_prompts), not on the benchmark prompts.
+    # tokens; verispec.distill.chat_prompts), not on the benchmark prompts.
     ACCEPT_PRIOR = (0.2, 0.5, 0.65, 0.75, 0.8, 0.86, 0.86, 0.86, 0.86, 0.86, 0.86, 0.92)
 
     def __init__(self, max_ngram: int = 32, min_ngram: int = 1, prior_strength: float = 8.0) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from ..models import CausalLM
-from ..runner import KVRunner, left_pad, prefill
+from ..kv import KVRunner, left_pad, prefill
 from .base import Draft, DraftAsk, DrafterBase
-from .sampling import draft_chain
+from .drawing import draft_chain
 
 __all__ = ["ModelDrafter"]
 

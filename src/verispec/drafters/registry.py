@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..eagle import DRAFT_WEIGHTS, is_eagle_dir, load_eagle_head
+from .eagle_head import DRAFT_WEIGHTS, is_eagle_dir, load_eagle_head
 from ..models import ModelLoadError, load_causal_lm
 from .base import Drafter
 from .eagle import EagleDrafter
@@ -128,7 +128,7 @@ def eagle_head_dir(spec: str) -> Path | None:
 def load_drafter(spec: str, *, dtype: torch.dtype = torch.float32) -> ModelDrafter | EagleDrafter:
     """A model drafter from a name or path: an :class:`EagleDrafter` for EAGLE heads (``"eagle"``
     is the built-in one; ``"HEAD:fp32"`` / ``"HEAD:fp16"`` / ``"HEAD:int8"`` choose what its draft steps read, see
-    :func:`verispec.eagle.bind_eagle`), else a :class:`ModelDrafter` over ``load_causal_lm(spec)``.
+    :func:`verispec.drafters.eagle_head.bind_eagle`), else a :class:`ModelDrafter` over ``load_causal_lm(spec)``.
 
     Raises:
         ModelLoadError: the model cannot be loaded (the message names the argument).

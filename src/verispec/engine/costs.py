@@ -43,7 +43,7 @@ import torch
 
 from ..drafters import DraftAsk, Drafter, EagleDrafter, HybridDrafter
 from ..models import CausalLM, cache_dir, kernel_choice, kernel_report, machine_key, read_json, write_json
-from ..runner import KVRunner
+from ..kv import KVRunner
 from ..sampling import SamplingParams
 
 __all__ = ["PassCosts", "CostTables", "measure_pass_costs", "reference_costs", "load_costs", "costs_file",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..runner import KVRunner
+from ..kv import KVRunner
 from ..sampling import RowParams
 from .costs import CostTables
 from .kpolicy import KRows

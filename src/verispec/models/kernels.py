@@ -173,7 +173,7 @@ def kernel_choice(choice: str | None = None) -> str:
     ``"measured"``: linear kernels chosen per row count by timing them on this machine;
     ``"fixed"``: the choices tuned on one AMD EPYC (packed weights for 2-16 rows, the head packed
     for 1-32 rows), kept for A/B comparisons. (The EAGLE head's draft weights follow a rule on
-    the CPU's flags under every choice: ``verispec.eagle.capability_draft_weights``.)"""
+    the CPU's flags under every choice: ``verispec.drafters.eagle_head.capability_draft_weights``.)"""
     choice = choice if choice is not None else (os.environ.get("VERISPEC_KERNEL_CHOICE") or "invariant")
     if choice not in KERNEL_CHOICES:
         raise ValueError(f"kernel choice must be one of {KERNEL_CHOICES}, got {choice!r}")

@@ -454,7 +454,7 @@ _CODE_EDIT = (
 
 def code(src: Sources, rng: random.Random, n: int) -> list[Candidate]:
     """Python completion, explanation and edit requests over small documented stdlib functions
-    (found by :mod:`verispec.chat_prompts`)."""
+    (found by :mod:`verispec.distill.chat_prompts`)."""
     out = []
     for u in _cycle(src.functions, rng, n):
         kind = rng.choices(("complete", "explain", "edit"), weights=(4, 3, 4))[0]

@@ -10,7 +10,7 @@ Everything is read from this machine, never the network, and is a pure function 
 * ``/usr/share/doc/*`` README / ``.md`` / ``.txt`` / ``.rst`` files (``doc:git/README``).
 * Python's ``pydoc_data.topics`` (``pydoc:for``) and the stdlib's module docstrings
   (``py:json.encoder``); the stdlib's small documented functions for code prompts, found by
-  :mod:`verispec.chat_prompts` (same ``py:`` source as the module).
+  :mod:`verispec.distill.chat_prompts` (same ``py:`` source as the module).
 * Package ``METADATA`` descriptions in site-packages (``pkg:rich``).
 
 English paragraphs are kept only when they look like clean prose (ASCII, sentences, few symbols,
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ...chat_prompts import _functions, _topics
+from ..chat_prompts import _functions, _topics
 from .roff import render_roff
 
 __all__ = ["Block", "CodeUnit", "Concept", "Passage", "Sources", "clean_english", "load_sources", "passages",

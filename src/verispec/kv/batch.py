@@ -31,7 +31,7 @@ from typing import NamedTuple
 import torch
 from transformers import PreTrainedModel
 
-from .kvcache import GrowingLayer, growing_cache
+from .layer import GrowingLayer, growing_cache
 
 __all__ = ["KVRunner", "Prefill", "left_pad", "prefill"]
 
@@ -82,7 +82,7 @@ class KVRunner:
                 it). Not combined with ``live``.
             return_hidden: also return the final hidden states ``[B, T, H]`` (what the output
                 head reads), as ``(logits, hidden)``. Models may define ``forward_hidden``
-                (see :mod:`verispec.eagle`); HF models run ``base_model`` then the head.
+                (see :mod:`verispec.drafters.eagle_head`); HF models run ``base_model`` then the head.
             model_kwargs: extra inputs for the model (an EAGLE head's ``features``).
         """
         B, T = tokens.shape
@@ -268,10 +268,12 @@ class Prefill(NamedTuple):
     hidden: list[torch.Tensor] | None
 
 
-def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: bool = False) -> Prefill:
+def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: bool = False,
+            features: list[torch.Tensor] | None = None) -> Prefill:
     """A runner holding ``rows`` (token lists of any lengths, in this order), with each row's
     next-token logits (what the pass over its last token predicts) and, if ``return_hidden``,
-    its final hidden states.
+    its final hidden states. ``features``: per row ``[len(row), H]`` fed beside its tokens (an
+    EAGLE head's input).
 
     Rows of equal length go through the model together; rows of different lengths are never
     padded into one pass (a padded pass costs the longest row's length for every row and needs a
@@ -287,8 +289,9 @@ def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: boo
     for n, idx in groups.items():
         runner = KVRunner(model, len(idx))
         if n:
+            extra = {} if features is None else {"features": torch.stack([features[i] for i in idx]).to(device)}
             out = runner.forward(torch.tensor([rows[i] for i in idx], device=device), logits_to_keep=1,
-                                 return_hidden=return_hidden)
+                                 return_hidden=return_hidden, **extra)
             last = out[0] if return_hidden else out  # [b, 1, V]
             for j, i in enumerate(idx):
                 hidden[i] = out[1][j] if return_hidden else None

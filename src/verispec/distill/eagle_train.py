@@ -1,4 +1,4 @@
-"""Training an EAGLE head (:mod:`verispec.eagle`) on the target's own features.
+"""Training an EAGLE head (:mod:`verispec.drafters.eagle_head`) on the target's own features.
 
 Data: the token sequences of ``verispec.distill``'s label shards (stdlib text and the target's
 own continuations). The "features" stage runs the target over each shard once and stores its
@@ -28,7 +28,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import DynamicCache
 
-from .eagle import EagleHead, eagle_config, target_features
+from ..drafters.eagle_head import EagleHead, eagle_config, target_features
 from .training import atomic_save, cosine_lr, load_training_state, save_training_state
 
 __all__ = ["FeatureSet", "feature_path", "make_features", "train_eagle", "evaluate_eagle", "held_out_batches",

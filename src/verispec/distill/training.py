@@ -1,4 +1,4 @@
-"""Training plumbing shared by ``verispec.distill`` and ``verispec.eagle_train``: atomic
+"""Training plumbing shared by ``verispec.distill`` and ``verispec.distill.eagle_train``: atomic
 safetensors and JSON writes, resumable training state (model + AdamW, never pickle) and the schedule."""
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from .models import CausalLM, ModelLoadError, cpu_matrix_units
-from .models.kernels import (cache_evictor, fp16_linear, int8_linear, invariant_attention, invariant_linear,
+from ..models import CausalLM, ModelLoadError, cpu_matrix_units
+from ..models.kernels import (cache_evictor, fp16_linear, int8_linear, invariant_attention, invariant_linear,
                              kernel_choice, measured_choice, pack_weight,
                              packed_linear)
 
@@ -117,7 +117,7 @@ class EagleHead(nn.Module):
 class EagleDraftModel(nn.Module):
     """An :class:`EagleHead` bound to a target's embedding and (vocab-mapped) output rows.
 
-    Looks enough like a HF causal LM for :class:`verispec.runner.KVRunner`: ``config``,
+    Looks enough like a HF causal LM for :class:`verispec.kv.batch.KVRunner`: ``config``,
     ``device``, ``dtype`` and ``forward_hidden`` (logits over the mapped rows and the predicted
     features).
     """

@@ -1,5 +1,5 @@
-"""``--arch eagle``: train an EAGLE-style head (:mod:`verispec.eagle`) on the label shards instead
-of a student, with :mod:`verispec.eagle_train`.
+"""``--arch eagle``: train an EAGLE-style head (:mod:`verispec.drafters.eagle_head`) on the label shards instead
+of a student, with :mod:`verispec.distill.eagle_train`.
 
 The target's final hidden states for every label shard are stored in ``out/features/``
 (resumable), the head is trained on them, and the export is ``eagle_config.json`` +
@@ -21,7 +21,7 @@ from .measure import measure_acceptance, measure_cost
 from .progress import progress_bar
 
 if TYPE_CHECKING:
-    from ..eagle import EagleFiles, EagleHead
+    from ..drafters.eagle_head import EagleFiles, EagleHead
     from ..models import CausalLM
 
 
@@ -31,7 +31,7 @@ __all__ = ["init_head", "train_export_eagle"]
 def init_head(spec: str) -> EagleFiles:
     """The EAGLE head files to fine-tune from: a built-in name ("eagle") or a head directory."""
     from ..drafters import eagle_head_dir
-    from ..eagle import load_eagle_head
+    from ..drafters.eagle_head import load_eagle_head
 
     path = eagle_head_dir(spec)
     if path is None:
@@ -51,7 +51,7 @@ def _export_and_measure(cfg: DistillConfig, out: Path, tgt: CausalLM, head: Eagl
                         measure: bool) -> dict:
     """Write the head (with ``vmap`` when it is not the full vocabulary); its size in bytes, and
     when ``measure`` its cost c and acceptance."""
-    from ..eagle import save_eagle_head
+    from ..drafters.eagle_head import save_eagle_head
 
     V = tgt.model.config.vocab_size
     save_eagle_head(head, out, vocab_map=vmap if len(vmap) < V else None,
@@ -59,7 +59,7 @@ def _export_and_measure(cfg: DistillConfig, out: Path, tgt: CausalLM, head: Eagl
     summary: dict = {"size_bytes": sum(f.stat().st_size for f in out.iterdir() if f.is_file())}
     if measure:
         from ..drafters import EagleDrafter
-        from ..eagle import load_eagle_head
+        from ..drafters.eagle_head import load_eagle_head
 
         drafter = EagleDrafter(load_eagle_head(out), name=str(out))
         summary["cost"] = measure_cost(tgt, drafter)
@@ -74,8 +74,8 @@ def train_export_eagle(cfg: DistillConfig, out: Path, tgt: CausalLM, tr_files: l
     (from ``init``'s weights when given; ``sample_weight [n_train_seqs]`` weights the training
     sequences), exported as ``eagle_config.json`` + ``eagle.safetensors`` when "export" is in
     ``stages``. Returns the summary entries ``train`` (and ``size_bytes``, ``cost``, ``acceptance``)."""
-    from ..eagle import features_match_logits
-    from ..eagle_train import FeatureSet, make_features, train_eagle
+    from ..drafters.eagle_head import features_match_logits
+    from .eagle_train import FeatureSet, make_features, train_eagle
 
     if not features_match_logits(tgt.model):
         raise ValueError(f"target {cfg.target!r} does not compute its logits as lm_head(final hidden state); "

@@ -71,12 +71,14 @@ def _pct(xs: list[float], q: float) -> float:
     return s[i]
 
 
-def _one(url: str, model: str, prompt, max_tokens: int, temperature: float, spec_on: bool, seed: int,
+def _one(url: str, model: str, prompt, max_tokens: int, temperature: float, spec_on: bool, seed: int | None,
          timeout: float) -> Answer:
     u = urlparse(url)
     chat = prompt.chat
     body = {"model": model, "max_tokens" if not chat else "max_completion_tokens": max_tokens,
-            "temperature": temperature, "seed": seed, "stream": True, "stream_options": {"include_usage": True}}
+            "temperature": temperature, "stream": True, "stream_options": {"include_usage": True}}
+    if seed is not None:
+        body["seed"] = seed
     if chat:
         body["messages"] = [{"role": "user", "content": prompt.text}]
     else:
@@ -133,13 +135,13 @@ def _one(url: str, model: str, prompt, max_tokens: int, temperature: float, spec
 
 
 def _answers(url: str, model: str, prompts: list, concurrency: int, spec_on: bool, max_tokens: int,
-             temperature: float, timeout: float = 600.0) -> tuple[list[Answer], float]:
-    """All ``prompts`` through ``concurrency`` clients at once (each client takes the next prompt):
-    the answers and the wall time in seconds."""
+             temperature: float, timeout: float = 600.0, seeded: bool = True) -> tuple[list[Answer], float]:
+    """All ``prompts`` through ``concurrency`` clients at once (each client takes the next prompt;
+    prompt i is sent with seed i, or none): the answers and the wall time in seconds."""
     t0 = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        answers = list(pool.map(lambda ip: _one(url, model, ip[1], max_tokens, temperature, spec_on, ip[0], timeout),
-                                enumerate(prompts)))
+        answers = list(pool.map(lambda ip: _one(url, model, ip[1], max_tokens, temperature, spec_on,
+                                                ip[0] if seeded else None, timeout), enumerate(prompts)))
     wall = time.perf_counter() - t0
     for a in answers:
         if not a.ok:
@@ -241,6 +243,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--spec", default="on,off", help="'on', 'off' or both")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--no-seed", action="store_true",
+                   help="send no seed (OpenAI's default; sampled rows then draft less under load, as greedy ones)")
     p.add_argument("--repeats", type=int, default=2,
                    help="runs of each level per setting, the settings' order alternating (default 2)")
     p.add_argument("--warmup-tokens", type=int, default=8,
@@ -277,17 +281,18 @@ def main(argv: list[str] | None = None, prog: str = "python -m verispec.serve.lo
             raise RuntimeError(f"{url}/v1/models answered {status}")
         model = json.loads(body)["data"][0]["id"]
         print(f"{len(prompts)} prompts ({args.workload}, {args.limit} per workload), {args.max_tokens} tokens, "
-              f"temperature {args.temperature}, model {model} at {url}", file=sys.stderr)
+              f"temperature {args.temperature}{', no seed' if args.no_seed else ''}, model {model} at {url}", file=sys.stderr)
         if args.warmup_tokens:
             for spec in specs:  # untimed: the first batches build kernels and shapes
-                _answers(url, model, prompts, max(levels), spec == "on", args.warmup_tokens, args.temperature)
+                _answers(url, model, prompts, max(levels), spec == "on", args.warmup_tokens, args.temperature,
+                         seeded=not args.no_seed)
         results, ratios = [], {}
         for c in levels:
             runs: dict[str, list] = {s: [] for s in specs}
             for r in range(args.repeats):
                 for spec in (specs if r % 2 == 0 else specs[::-1]):
                     runs[spec].append(_answers(url, model, prompts, c, spec == "on", args.max_tokens,
-                                               args.temperature))
+                                               args.temperature, seeded=not args.no_seed))
             for spec in specs:
                 res = _pooled(spec == "on", c, runs[spec])
                 results.append(res)

@@ -28,7 +28,7 @@ from .kpolicy import KPolicy, KRows, check_k
 from .requests import Completion, Request, RequestOutput, int64_seeds, int_list
 from .state import BatchState, Row
 from .stats import GenerationResult, GenerationStats
-from .step import first_tokens, keep_rows, retire
+from .step import Models, first_tokens, keep_rows, retire
 from .step import step as _step
 from .text import RowText
 
@@ -64,20 +64,16 @@ class SpeculativeDecoder:
 
     def __init__(self, target: CausalLM | str, drafter: Drafter | None = None, *, k: KPolicy = 4,
                  method: str = "exact", max_k: int = 12, costs: PassCosts | str | os.PathLike | None = None) -> None:
-        self.target = target if isinstance(target, CausalLM) else load_causal_lm(target)
+        target = target if isinstance(target, CausalLM) else load_causal_lm(target)
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         self.k = check_k(k)
         if isinstance(max_k, bool) or not isinstance(max_k, int) or not 1 <= max_k <= 64:
             raise ValueError(f"max_k must be an int in [1, 64], got {max_k!r}")
-        self.drafter = drafter
         self.method, self.max_k = method, max_k
         if drafter is not None:
-            drafter.bind(self.target)
-        model = self.target.model
-        self.dtype = model.dtype if model.dtype in (torch.float32, torch.float64) else torch.float32
-        self.eos_ids = self.target.eos_token_ids
-        self.reads_features = bool(drafter is not None and drafter.reads_target_features)
+            drafter.bind(target)
+        self.models = Models.of(target, drafter)
         self._epoch = 0
         self._ids = itertools.count()
         if isinstance(costs, (str, os.PathLike)):
@@ -87,6 +83,16 @@ class SpeculativeDecoder:
         self.pinned_costs = costs is not None
         self._costs = costs
         self._tables: CostTables | None = None
+
+    @property
+    def target(self) -> CausalLM:
+        """The target model."""
+        return self.models.target
+
+    @property
+    def drafter(self) -> Drafter | None:
+        """The drafter (``None``: target-only decoding)."""
+        return self.models.drafter
 
     @property
     def costs(self) -> PassCosts:
@@ -139,10 +145,10 @@ class SpeculativeDecoder:
         first = len(state.rows)
         logits, features = self._prefill(state, [r.prompt for r in rows])
         self._append(state, rows, requests)
-        state.pending += first_tokens(self, state, first, logits)
+        state.pending += first_tokens(self.models, state, first, logits)
         if self.drafter is not None:  # each row's context: its prompt and first token
             self.drafter.add([r.prompt + r.generated for r in rows], features)
-        retire(self, state)
+        retire(self.drafter, state)
         dt = time.perf_counter() - t0
         state.stats.time_prefill += dt
         state.stats.wall += dt
@@ -154,14 +160,14 @@ class SpeculativeDecoder:
         if request_id not in ids:
             raise KeyError(f"request_id {request_id!r} is not running in this batch")
         state.pending = [o for o in state.pending if o.request_id != request_id]
-        keep_rows(self, state, [b for b, i in enumerate(ids) if i != request_id])
+        keep_rows(self.drafter, state, [b for b, i in enumerate(ids) if i != request_id])
 
     def step(self, state: BatchState) -> list[RequestOutput]:
         """One target pass for every running request: what each got (one output per request,
         its first token included when it was admitted since the last step); finished ones leave."""
         self._check_current(state)
         pending, state.pending = state.pending, []
-        outputs = merge_outputs(pending, _step(self, state) if state.rows else [])
+        outputs = merge_outputs(pending, _step(self.models, state) if state.rows else [])
         for o in outputs:
             if o.completion is not None:
                 state.stats.emitted += len(o.completion.token_ids)
@@ -331,7 +337,7 @@ class SpeculativeDecoder:
         """Run the new prompts through the target on runners of their own (no padding) and append
         their rows to the batch's cache: each prompt's next-token logits ``[n, V_t]``, and its
         features if the drafter reads them."""
-        new = prefill(self.target.model, prompts, return_hidden=self.reads_features)
+        new = prefill(self.target.model, prompts, return_hidden=self.models.reads_features)
         state.runner.extend(new.runner)
         return new.logits, new.hidden
 

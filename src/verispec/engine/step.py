@@ -12,7 +12,9 @@ For a batch of B rows (each has emitted ``n_b`` tokens so far):
    target's cache keeps the accepted path, the drafter is told what was emitted, and finished
    rows leave the batch.
 
-A row's first token comes from its prefill (:func:`first_tokens`, called by
+Every function reads only what it is given: the :class:`Models` (the target, the drafter and what
+follows from them) and the :class:`~verispec.engine.state.BatchState` (rows, caches, policies,
+cost tables, stats). A row's first token comes from its prefill (:func:`first_tokens`, called by
 ``SpeculativeDecoder.add``): the pass that reads the prompt also emits, as in HF and vLLM. The
 target cache holds every emitted token except each row's newest, which the next pass feeds first
 together with the new drafts. Target-only
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -39,36 +42,62 @@ from .stats import BONUS, GenerationStats, account, add_calibration, residual_or
 from .text import find_stop, trim_to_text
 
 if TYPE_CHECKING:
-    from .decoder import SpeculativeDecoder
+    from ..drafters import Drafter
+    from ..models import CausalLM
 
-__all__ = ["step", "first_tokens", "keep_rows", "retire"]
+__all__ = ["Models", "step", "first_tokens", "keep_rows", "retire"]
 
 
-def step(dec: SpeculativeDecoder, state: BatchState) -> list[RequestOutput]:
+@dataclass(frozen=True)
+class Models:
+    """What a step runs besides the batch: the target, the drafter (``None``: target-only
+    decoding) and what follows from them.
+
+    Attributes:
+        dtype: of p and q: the target's float32 / float64, else float32.
+        eos_ids: the token ids that end a row.
+        reads_features: the drafter reads the target's final hidden states.
+    """
+
+    target: CausalLM
+    drafter: Drafter | None
+    dtype: torch.dtype
+    eos_ids: frozenset[int]
+    reads_features: bool
+
+    @classmethod
+    def of(cls, target: CausalLM, drafter: Drafter | None) -> Models:
+        """The models of a decoder over ``target`` and ``drafter`` (already bound to it)."""
+        dtype = target.model.dtype if target.model.dtype in (torch.float32, torch.float64) else torch.float32
+        return cls(target, drafter, dtype, frozenset(target.eos_token_ids),
+                   bool(drafter is not None and drafter.reads_target_features))
+
+
+def step(m: Models, state: BatchState) -> list[RequestOutput]:
     """Advance every row of ``state`` by one target pass; what each request got, finished rows retired."""
     t0 = time.perf_counter()
-    d = draft(dec, state)
-    logits, hidden = target_pass(dec, state, d)
-    out = verify_step(dec, state, d, logits)
-    outputs = commit(dec, state, d, out, hidden)
+    d = draft(m, state)
+    logits, hidden = target_pass(m, state, d)
+    out = verify_step(m, state, d, logits)
+    outputs = commit(m, state, d, out, hidden)
     state.stats.wall += time.perf_counter() - t0
     return outputs
 
 
-def draft(dec: SpeculativeDecoder, state: BatchState) -> Draft:
+def draft(m: Models, state: BatchState) -> Draft:
     """The nodes to verify per row (each row's K policy decides how many)."""
     B = len(state.rows)
-    if dec.drafter is None:
+    if m.drafter is None:
         empty = torch.zeros(B, 0, dtype=torch.int64)
         return Draft(empty, None, torch.zeros(B, dtype=torch.int64))
     room = (state.remaining() - 1).clamp_min(0)  # drafts + the bonus never overshoot max_new_tokens
-    scoring = dec.drafter.scores_drafts
+    scoring = m.drafter.scores_drafts
     policy = state.policy
     k, k_cap = policy.ask(room, state.costs, scoring)
     more = policy.more(state.costs) if policy.any_auto else None
-    ask = DraftAsk(k, k_cap, state.params, state.gumbel, state.seeds, dec.target.vocab_size, dec.dtype, more)
+    ask = DraftAsk(k, k_cap, state.params, state.gumbel, state.seeds, m.target.vocab_size, m.dtype, more)
     t0 = time.perf_counter()
-    proposal = dec.drafter.propose(ask)
+    proposal = m.drafter.propose(ask)
     state.stats.time_draft += time.perf_counter() - t0
     state.stats.draft_forwards += proposal.forwards
     n = torch.minimum(proposal.num_draft.cpu(), k_cap)
@@ -82,51 +111,30 @@ def draft(dec: SpeculativeDecoder, state: BatchState) -> Draft:
     return proposal.cut(int(n.max()) if B else 0)
 
 
-def target_pass(dec: SpeculativeDecoder, state: BatchState, d: Draft) -> tuple[torch.Tensor, torch.Tensor | None]:
+def target_pass(m: Models, state: BatchState, d: Draft) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logits ``[B, N+1, V_t]`` after the root and after each node (and hidden ``[B, N+1, H]``
     when the drafter reads features)."""
-    device = dec.target.model.device
+    device = m.target.model.device
     feed = torch.cat([state.last[:, None], d.tokens.to(device)], dim=1)  # [B, N+1]
     parents = None
     if not d.is_chain:  # column 0 is the root; node i sits in column i + 1
         parents = torch.cat([torch.full_like(feed[:, :1], -1), d.parent_index().to(device) + 1], dim=1)
     t0 = time.perf_counter()
-    out = state.runner.forward(feed, parents=parents, return_hidden=dec.reads_features)
+    out = state.runner.forward(feed, parents=parents, return_hidden=m.reads_features)
     dt = time.perf_counter() - t0
     stats = state.stats
     stats.time_target += dt
     stats.target_forwards += 1
     stats.verify_width_seconds.setdefault(feed.shape[1], []).append(dt)
-    return out if dec.reads_features else (out, None)
+    return out if m.reads_features else (out, None)
 
 
-def verify_step(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: torch.Tensor) -> Verification:
+def verify_step(m: Models, state: BatchState, d: Draft, logits: torch.Tensor) -> Verification:
     """p = each row's transform of the target's logits; the verifier's outcome per row."""
-    return _verify(dec, state, d, logits, state.params, state.seeds, state.positions(), state.methods())
+    return _verify(m, state, d, logits, state.params, state.seeds, state.positions(), state.methods())
 
 
-def first_tokens(dec: SpeculativeDecoder, state: BatchState, first: int, logits: torch.Tensor) -> list[RequestOutput]:
-    """Rows ``first:`` were just prefilled: each emits its first token from the prefill's logits
-    after its last prompt token ``[n, V_t]``, drawn exactly as a step with no drafts would draw it
-    (the same p, the same draw keyed by seed and position). The pass that reads the prompt thus
-    emits, as in HF's ``generate`` and vLLM: target-only decoding of N tokens takes N passes, and
-    a row's first drafts are verified with the first token already known."""
-    rows = state.rows[first:]
-    n = len(rows)
-    index = torch.arange(first, first + n)
-    d = Draft(torch.zeros(n, 0, dtype=torch.int64), None, torch.zeros(n, dtype=torch.int64))
-    positions = torch.tensor([len(r.prompt) for r in rows], dtype=torch.int64)
-    names = [r.method for r in rows]
-    methods = names[0] if len(set(names)) == 1 else names
-    out = _verify(dec, state, d, logits[:, None], state.params.rows(index), state.seeds[index.to(state.seeds.device)],
-                  positions, methods)
-    account(state.stats, out, d.num_draft)  # a pass of the row that drafted nothing
-    emitted = _emit(dec, rows, state.stats, out, d.num_draft)
-    state.last[first:] = torch.tensor([r.generated[-1] for r in rows], dtype=torch.int64, device=state.last.device)
-    return [_output(dec, state, row, new) for row, new in zip(rows, emitted)]
-
-
-def _verify(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: torch.Tensor, params: RowParams,
+def _verify(m: Models, state: BatchState, d: Draft, logits: torch.Tensor, params: RowParams,
             seeds: torch.Tensor, positions: torch.Tensor, methods: str | list[str]) -> Verification:
     """The verifier's outcome for rows with these sampling ``params``, ``seeds`` and ``positions``
     (of each row's slot 0) given the target's ``logits [B, N+1, V_t]``.
@@ -137,54 +145,54 @@ def _verify(dec: SpeculativeDecoder, state: BatchState, d: Draft, logits: torch.
     t0 = time.perf_counter()
     greedy = _argmax_rows(params, d)
     if not bool(greedy.any()):
-        out = _verify_sampled(dec, d, logits, params, seeds, positions, methods)
+        out = _verify_sampled(m, d, logits, params, seeds, positions, methods)
     elif bool(greedy.all()):
-        out = _verify_greedy(dec, d, logits)
+        out = _verify_greedy(d, logits, m.target.vocab_size)
     else:
         device = logits.device
         g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
         gd, sd = g.to(device), s.to(device)
         picked = methods if isinstance(methods, str) else [methods[i] for i in s.tolist()]
-        sampled = _verify_sampled(dec, d.rows(s), logits[sd], params.rows(s), seeds[s.to(seeds.device)],
+        sampled = _verify_sampled(m, d.rows(s), logits[sd], params.rows(s), seeds[s.to(seeds.device)],
                                   positions[s], picked)
-        out = merge_rows(len(greedy), (gd, _verify_greedy(dec, d.rows(g), logits[gd])), (sd, sampled),
+        out = merge_rows(len(greedy), (gd, _verify_greedy(d.rows(g), logits[gd], m.target.vocab_size)), (sd, sampled),
                          num_draft=d.num_draft.to(device))
     state.stats.time_verify += time.perf_counter() - t0
     return out
 
 
-def _verify_greedy(dec: SpeculativeDecoder, d: Draft, logits: torch.Tensor) -> Verification:
+def _verify_greedy(d: Draft, logits: torch.Tensor, V: int) -> Verification:
     """Chains of greedy rows: only argmax p matters, no ``[B, N+1, V]`` transform."""
     device = logits.device
-    return verify_argmax(_argmax_tokens(logits, dec.target.vocab_size), d.tokens.to(device), d.num_draft.to(device))
+    return verify_argmax(_argmax_tokens(logits, V), d.tokens.to(device), d.num_draft.to(device))
 
 
-def _verify_sampled(dec: SpeculativeDecoder, d: Draft, logits: torch.Tensor, params: RowParams, seeds: torch.Tensor,
+def _verify_sampled(m: Models, d: Draft, logits: torch.Tensor, params: RowParams, seeds: torch.Tensor,
                     positions: torch.Tensor, methods: str | list[str]) -> Verification:
     """Any rows: p = each row's transform of its logits ``[B, N+1, V]``, then the verifier."""
     device = logits.device
-    p = logits_to_probs(_fit_vocab(logits.to(dec.dtype), dec.target.vocab_size), params)  # [B, N+1, V]
+    p = logits_to_probs(_fit_vocab(logits.to(m.dtype), m.target.vocab_size), params)  # [B, N+1, V]
     return verify_draft(p, d.to(device), seeds=seeds, positions=positions.to(device), method=methods,
                         greedy=params.greedy.to(device), validate=False)
 
 
-def commit(dec: SpeculativeDecoder, state: BatchState, d: Draft, out: Verification, hidden: torch.Tensor | None
+def commit(m: Models, state: BatchState, d: Draft, out: Verification, hidden: torch.Tensor | None
            ) -> list[RequestOutput]:
     """Append what each row emitted, roll the caches back to it, end and retire finished rows."""
     n_draft = d.num_draft.cpu()
     account(state.stats, out, n_draft)
-    emitted = _emit(dec, state.rows, state.stats, out, n_draft)
-    if dec.drafter is not None:  # the K policies learn from what was drafted
+    emitted = _emit(state.rows, state.stats, out, n_draft, m.eos_ids)
+    if m.drafter is not None:  # the K policies learn from what was drafted
         evidence = state.policy.observe(out.num_accepted.cpu(), n_draft, d.confidence)
         if evidence is not None:
             add_calibration(state.stats, evidence)
-    _rollback(dec, state, out, emitted, hidden)
-    outputs = [_output(dec, state, row, new) for row, new in zip(state.rows, emitted)]
-    retire(dec, state)
+    _rollback(m.drafter, state, out, emitted, hidden)
+    outputs = [_output(m.target.tokenizer, state, row, new) for row, new in zip(state.rows, emitted)]
+    retire(m.drafter, state)
     return outputs
 
 
-def _emit(dec: SpeculativeDecoder, rows: list[Row], stats: GenerationStats, out: Verification, n_draft: torch.Tensor
+def _emit(rows: list[Row], stats: GenerationStats, out: Verification, n_draft: torch.Tensor, eos_ids: frozenset[int]
           ) -> list[list[int]]:
     """Per row of ``rows`` (the verification's rows), the emitted tokens, cut after an EOS; rows ending by EOS or length get their reason.
 
@@ -199,7 +207,7 @@ def _emit(dec: SpeculativeDecoder, rows: list[Row], stats: GenerationStats, out:
         new = rows_tokens[b][: n_emit[b]]
         # accepted drafts at slots 0..n_acc-1, then the bonus or the residual after a rejection
         why = list(range(n_acc[b])) + [BONUS if n_acc[b] == n_dr[b] else residual_origin(n_acc[b])]
-        eos = next((i for i, t in enumerate(new) if t in dec.eos_ids), None)
+        eos = next((i for i, t in enumerate(new) if t in eos_ids), None)
         if eos is not None:
             uncount(stats, why[eos + 1:])
             new, why = new[: eos + 1], why[: eos + 1]
@@ -212,7 +220,7 @@ def _emit(dec: SpeculativeDecoder, rows: list[Row], stats: GenerationStats, out:
     return emitted
 
 
-def _rollback(dec: SpeculativeDecoder, state: BatchState, out: Verification, emitted: list[list[int]],
+def _rollback(drafter: Drafter | None, state: BatchState, out: Verification, emitted: list[list[int]],
               hidden: torch.Tensor | None) -> None:
     """The target keeps the root and the accepted path; the drafter learns what was emitted."""
     device = state.runner.lengths.device
@@ -225,7 +233,7 @@ def _rollback(dec: SpeculativeDecoder, state: BatchState, out: Verification, emi
         state.runner.commit(kept)
     state.last = torch.tensor([r.generated[-1] if r.generated else r.prompt[-1] for r in state.rows],
                               dtype=torch.int64, device=state.last.device)
-    if dec.drafter is None:
+    if drafter is None:
         return
     features = None
     if hidden is not None:  # the target's features at the columns before each emitted token
@@ -233,26 +241,25 @@ def _rollback(dec: SpeculativeDecoder, state: BatchState, out: Verification, emi
         cols = torch.cat([root, (nodes + 1).clamp_min(0)], dim=1)  # [B, N+1]
         feats = hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))
         features = [feats[b, : len(e)] for b, e in enumerate(emitted)]
-    dec.drafter.update(emitted, features)
+    drafter.update(emitted, features)
 
 
-def _output(dec: SpeculativeDecoder, state: BatchState, row: Row, new: list[int]) -> RequestOutput:
+def _output(tok, state: BatchState, row: Row, new: list[int]) -> RequestOutput:
     """The row's text (if tracked) and stop strings; its output for this step."""
     text = ""
     if row.text is not None:
-        piece = row.text.advance(dec.target.tokenizer, row.generated)
+        piece = row.text.advance(tok, row.generated)
         if row.finish is None and row.text.stop_in(piece):
-            new = _cut_at_stop(dec, state, row, new)
+            new = _cut_at_stop(tok, state, row, new)
         text = row.text.delta() if row.request.stream and row.finish is None else ""
-    completion = _complete(dec, row) if row.finish is not None else None
+    completion = _complete(tok, row) if row.finish is not None else None
     if completion is not None and row.text is not None and row.request.stream:
         text = row.text.delta() + row.text.flush(completion.text)
     return RequestOutput(row.request_id, new, text, completion)
 
 
-def _cut_at_stop(dec: SpeculativeDecoder, state: BatchState, row: Row, new: list[int]) -> list[int]:
+def _cut_at_stop(tok, state: BatchState, row: Row, new: list[int]) -> list[int]:
     """End the row at its earliest stop string: text cut before it, tokens after it dropped."""
-    tok = dec.target.tokenizer
     full = tok.decode(row.generated, skip_special_tokens=True)
     cut = find_stop(full, row.request.stop)
     if cut is None:  # the incremental text and the full decode disagree: trust the full one
@@ -266,23 +273,44 @@ def _cut_at_stop(dec: SpeculativeDecoder, state: BatchState, row: Row, new: list
     return new[: max(0, len(new) - dropped)]
 
 
-def _complete(dec: SpeculativeDecoder, row: Row) -> Completion:
+def _complete(tok, row: Row) -> Completion:
     """The finished row: its final text (decoded once, or the stop-cut text)."""
     if row.finish == "stop" and row.text is not None:
         text = row.text.text
     else:
-        text = dec.target.tokenizer.decode(row.generated, skip_special_tokens=True)
+        text = tok.decode(row.generated, skip_special_tokens=True)
     return Completion(row.request_id, list(row.generated), text, row.finish or "length")
 
 
-def retire(dec: SpeculativeDecoder, state: BatchState) -> None:
+def first_tokens(m: Models, state: BatchState, first: int, logits: torch.Tensor) -> list[RequestOutput]:
+    """Rows ``first:`` were just prefilled: each emits its first token from the prefill's logits
+    after its last prompt token ``[n, V_t]``, drawn exactly as a step with no drafts would draw it
+    (the same p, the same draw keyed by seed and position). The pass that reads the prompt thus
+    emits, as in HF's ``generate`` and vLLM: target-only decoding of N tokens takes N passes, and
+    a row's first drafts are verified with the first token already known."""
+    rows = state.rows[first:]
+    n = len(rows)
+    index = torch.arange(first, first + n)
+    d = Draft(torch.zeros(n, 0, dtype=torch.int64), None, torch.zeros(n, dtype=torch.int64))
+    positions = torch.tensor([len(r.prompt) for r in rows], dtype=torch.int64)
+    names = [r.method for r in rows]
+    methods = names[0] if len(set(names)) == 1 else names
+    out = _verify(m, state, d, logits[:, None], state.params.rows(index), state.seeds[index.to(state.seeds.device)],
+                  positions, methods)
+    account(state.stats, out, d.num_draft)  # a pass of the row that drafted nothing
+    emitted = _emit(rows, state.stats, out, d.num_draft, m.eos_ids)
+    state.last[first:] = torch.tensor([r.generated[-1] for r in rows], dtype=torch.int64, device=state.last.device)
+    return [_output(m.target.tokenizer, state, row, new) for row, new in zip(rows, emitted)]
+
+
+def retire(drafter: Drafter | None, state: BatchState) -> None:
     """Finished rows leave the batch: the target's cache, the drafter and the engine's tensors."""
     keep = [b for b, r in enumerate(state.rows) if r.finish is None]
     if len(keep) < len(state.rows):
-        keep_rows(dec, state, keep)
+        keep_rows(drafter, state, keep)
 
 
-def keep_rows(dec: SpeculativeDecoder, state: BatchState, keep: list[int]) -> None:
+def keep_rows(drafter: Drafter | None, state: BatchState, keep: list[int]) -> None:
     """Keep only the rows ``keep`` of the batch: in the target's cache, the drafter and the state.
 
     The last kept rows move into the places of the dropped ones (rows are not kept in admission
@@ -290,8 +318,8 @@ def keep_rows(dec: SpeculativeDecoder, state: BatchState, keep: list[int]) -> No
     keep = fill_holes(keep, len(state.rows))
     index = torch.tensor(keep, dtype=torch.int64)
     state.runner.select(index)
-    if dec.drafter is not None:
-        dec.drafter.keep(index)
+    if drafter is not None:
+        drafter.keep(index)
     state.keep(keep)
 
 

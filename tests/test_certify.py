@@ -49,7 +49,7 @@ from verispec.certify.symbolic import _one_iteration
 from verispec.rng import STREAM_ACCEPT, STREAM_EMIT
 from verispec.sampling import SamplingParams, logits_to_probs
 
-V_MOD = importlib.import_module("verispec.verify")
+V_MOD = importlib.import_module("verispec.verify.chain")
 FULL = default_grid(quick=False)
 SMALL = [CertCase(m, e, 3, 2, 3) for m in ("exact", "gumbel") for e in EDGES
          if not (m == "gumbel" and e in EXACT_ONLY) and e != "large_v"]  # large_v: its own tests below

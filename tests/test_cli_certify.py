@@ -14,7 +14,7 @@ from verispec import certify
 from verispec.certify import CertCase
 from verispec.cli import main
 
-V = importlib.import_module("verispec.verify")
+V = importlib.import_module("verispec.verify.chain")
 
 
 @pytest.fixture(scope="module")

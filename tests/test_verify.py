@@ -31,7 +31,7 @@ from verispec import certify, verify
 from verispec.rng import COUNTER, STREAM_ACCEPT, STREAM_DRAFT, STREAM_EMIT, sample, uniform
 from verispec.verify import SUM_TOLERANCE, Verification, gumbel_argmax
 
-V_MOD = importlib.import_module("verispec.verify")
+V_MOD = importlib.import_module("verispec.verify.chain")
 
 F64 = torch.float64
 
@@ -573,7 +573,7 @@ def test_every_tensor_verify_builds_is_on_the_inputs_device(monkeypatch):
     verify(p, b["draft_probs"], b["draft_tokens"], method=["exact"] * 4 + ["gumbel"] * 2, **kw)
     V_MOD.verify_argmax(p.argmax(-1), b["draft_tokens"], b["num_draft"])
     V_MOD.verify_argmax(p[:, :1].argmax(-1), b["draft_tokens"][:, :0], b["num_draft"] * 0)
-    assert missing == [], f"torch factories called without device= in verify.py: {missing}"
+    assert missing == [], f"torch factories called without device= in verify/chain.py: {missing}"
 
 
 def test_greedy_rows_accept_while_draft_equals_argmax():
@@ -924,7 +924,7 @@ def test_greedy_fast_path_equals_the_exact_rule_and_needs_no_draws(with_q):
     fast = verify(p, q, d, num_draft=n, seeds=torch.arange(B), positions=pos, greedy=True)
     other_seeds = verify(p, q, d, num_draft=n, seeds=torch.arange(B) + 999, positions=pos, greedy=True)
     assert torch.equal(fast.tokens, other_seeds.tokens)  # no randomness involved
-    from verispec.verify import _verify_exact
+    from verispec.verify.chain import _verify_exact
 
     drafted = torch.arange(d.shape[1]) < n[:, None]
     exact = _verify_exact(p, q, torch.where(drafted, d, 0), drafted, n, torch.arange(B), pos, COUNTER)

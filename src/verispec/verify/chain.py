@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .draft import Draft
-from .rng import COUNTER, STREAM_ACCEPT, STREAM_EMIT, Draws, inverse_cdf, random_seeds
+from ..draft import Draft
+from ..rng import COUNTER, STREAM_ACCEPT, STREAM_EMIT, Draws, inverse_cdf, random_seeds
 
 __all__ = ["Verification", "verify", "verify_draft", "verify_argmax", "merge_rows", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
 

@@ -195,13 +195,13 @@ def test_measured_draft_weights_are_chosen_by_timing(monkeypatch, tmp_path: Path
         other = next(k for k in kinds if k != fast)
         monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / f"{fast}.json"))
         timer = faster(fast)
-        monkeypatch.setattr(kernels, "_time_calls", timer)
+        monkeypatch.setattr(kernels.timing, "time_calls", timer)
         draft = bind_eagle(files, target, weights="measured")
         assert draft.weights == fast and timer.seen == [kinds] and timer.flushed
         report = kernel_report(draft)["eagle"]
         assert report["weights"] == fast and report["choice"] == "measured" and not report["cached"]
         again = faster(other)
-        monkeypatch.setattr(kernels, "_time_calls", again)
+        monkeypatch.setattr(kernels.timing, "time_calls", again)
         draft = bind_eagle(files, target, weights="measured")
         assert draft.weights == fast and again.seen == [] and kernel_report(draft)["eagle"]["cached"]
         assert bind_eagle(files, target, weights=other).weights == other  # asked: never timed

@@ -404,7 +404,7 @@ def test_invariant_is_the_default_and_gives_way_only_where_it_cannot_run(monkeyp
     monkeypatch.setenv("VERISPEC_NO_EXTENSIONS", "1")
     from verispec.models import kernels
 
-    monkeypatch.setattr(kernels, "_WARNED", set())
+    monkeypatch.setattr(kernels.install, "_WARNED", set())
     with pytest.warns(RuntimeWarning, match="batch-invariant kernels unavailable"):
         lm = load_causal_lm(path)
     assert kernel_report(lm).get("choice") == "measured"

@@ -208,7 +208,7 @@ def test_fast_lm_head_matches_linear(bias: bool) -> None:
     refs = [head(x) for x in xs]
     fast_lm_head(model)
     fast_lm_head(model)  # idempotent
-    assert head.forward.__func__ is models._fast_linear_forward  # type: ignore[attr-defined]
+    assert head.forward.__func__ is models.fast_linear_forward  # type: ignore[attr-defined]
     for x, ref in zip(xs, refs):
         out = head(x)
         assert out.shape == ref.shape and out.is_contiguous()
@@ -467,7 +467,7 @@ def test_apply_cpu_kernels_goes_by_the_model_device(monkeypatch: pytest.MonkeyPa
 
     lm = tiny_llama(seed=3, dtype=torch.float32)
     for fake in ("cuda", "mps", "meta"):
-        monkeypatch.setattr(kernels, "model_device", lambda model, fake=fake: torch.device(fake))
+        monkeypatch.setattr(kernels.install, "model_device", lambda model, fake=fake: torch.device(fake))
         for choice in ("fixed", "measured"):
             assert apply_cpu_kernels(lm.model, choice=choice) == ()
             assert _kernels_in(lm.model) == set()
@@ -495,7 +495,7 @@ def test_each_cpu_kernel_refuses_weights_off_the_cpu() -> None:
 
 
 def _fake_timer(time_of):  # type: ignore[no-untyped-def]
-    """A stand-in for ``kernels._time_calls``: ``time_of(key)`` seconds per call, where a key is
+    """A stand-in for ``kernels.timing.time_calls``: ``time_of(key)`` seconds per call, where a key is
     ``(shape key, kernel, rows)`` for linears or an alternative's name (``measured_choice``).
     ``.seen`` records the keys of each call."""
     def fake(calls, repeats=3, rivals=None, before=None):  # type: ignore[no-untyped-def]
@@ -520,7 +520,7 @@ def _packed_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     rows: list[int] = []
     real = kernels.packed_linear
-    monkeypatch.setattr(kernels, "packed_linear", lambda x, p, b=None: rows.append(x.shape[0]) or real(x, p, b))
+    monkeypatch.setattr(kernels.measured, "packed_linear", lambda x, p, b=None: rows.append(x.shape[0]) or real(x, p, b))
     return rows
 
 
@@ -531,12 +531,12 @@ def test_measured_plain_faster_keeps_every_linear_plain(monkeypatch: pytest.Monk
 
     monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
     fake = _faster("plain")
-    monkeypatch.setattr(kernels, "_time_calls", fake)
+    monkeypatch.setattr(kernels.timing, "time_calls", fake)
     lm, ref = tiny_llama(seed=3, dtype=torch.float32), tiny_llama(seed=3, dtype=torch.float32)
     assert apply_cpu_kernels(lm.model, attention=False) == ()
     timed = {k[1] for k in fake.seen[0]}
     assert timed == ({"plain", "packed", "mm_t"} if torch.backends.mkldnn.is_available() else {"plain", "mm_t"}) \
-        | ({"rowdot"} if kernels.load_rowdot() is not None else set())
+        | ({"rowdot"} if kernels.measured.load_rowdot() is not None else set())
     assert not any(hasattr(m, "packed_weight") or "forward" in vars(m) for m in _linears(lm.model))
     report = kernel_report(lm)
     assert report["choice"] == "measured" and report["measured"] and report["head"]["rows"] == {"plain": list(range(1, 33))}
@@ -557,7 +557,7 @@ def test_measured_packed_faster_packs_every_linear(monkeypatch: pytest.MonkeyPat
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch build has no oneDNN")
     monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
-    monkeypatch.setattr(kernels, "_time_calls", _faster("packed"))
+    monkeypatch.setattr(kernels.timing, "time_calls", _faster("packed"))
     lm, ref = tiny_llama(seed=3, dtype=torch.float32), tiny_llama(seed=3, dtype=torch.float32)
     assert apply_cpu_kernels(lm.model, attention=False) == ("fast_small_linears",)
     assert all(hasattr(m, "packed_weight") for m in _linears(lm.model))
@@ -583,11 +583,11 @@ def test_measured_choice_goes_per_row_count(monkeypatch: pytest.MonkeyPatch, tmp
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch build has no oneDNN")
-    assert 7 not in kernels.MEASURE_ROWS
+    assert 7 not in kernels.measured.MEASURE_ROWS
     monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
     cost = {"plain": lambda n: n, "packed": lambda n: 6.5, "mm_t": lambda n: 0.5 if n <= 2 else 15 if n == 16 else n + 0.5,
             "rowdot": lambda n: 100}
-    monkeypatch.setattr(kernels, "_time_calls", _fake_timer(lambda k: cost[k[1]](k[2])))
+    monkeypatch.setattr(kernels.timing, "time_calls", _fake_timer(lambda k: cost[k[1]](k[2])))
     lm, ref = tiny_llama(seed=3, dtype=torch.float32), tiny_llama(seed=3, dtype=torch.float32)
     assert apply_cpu_kernels(lm.model, attention=False) == ("fast_lm_head", "fast_small_linears")
     report = kernel_report(lm)
@@ -612,7 +612,7 @@ def test_measured_choice_is_cached_per_machine(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("VERISPEC_KERNELS", str(path))
     assert kernels_file() == path
     first = _faster("mm_t")
-    monkeypatch.setattr(kernels, "_time_calls", first)
+    monkeypatch.setattr(kernels.timing, "time_calls", first)
     a = tiny_llama(seed=3, dtype=torch.float32)
     assert apply_cpu_kernels(a.model, attention=False) == ("fast_lm_head",)
     assert len(first.seen) == 1 and path.is_file() and not list(path.parent.glob(".cpu-kernels-*"))
@@ -622,7 +622,7 @@ def test_measured_choice_is_cached_per_machine(monkeypatch: pytest.MonkeyPatch, 
     assert all(f"torch {torch.__version__} | {torch.get_num_threads()} threads" in k for k in keys)
 
     again = _faster("plain")  # would pick differently, if it were asked
-    monkeypatch.setattr(kernels, "_time_calls", again)
+    monkeypatch.setattr(kernels.timing, "time_calls", again)
     b = tiny_llama(seed=3, dtype=torch.float32)
     assert apply_cpu_kernels(b.model, attention=False) == ("fast_lm_head",)
     assert again.seen == [] and kernel_report(b)["measured"] == [] and kernel_report(b)["timing_seconds"] == 0
@@ -648,7 +648,7 @@ def test_corrupt_kernels_file_is_measured_again(monkeypatch: pytest.MonkeyPatch,
 
     path = tmp_path / "k.json"
     monkeypatch.setenv("VERISPEC_KERNELS", str(path))
-    monkeypatch.setattr(kernels, "_time_calls", _faster("mm_t"))
+    monkeypatch.setattr(kernels.timing, "time_calls", _faster("mm_t"))
     if content == "BAD ENTRY":  # a well-formed file whose entries name a kernel that does not exist
         apply_cpu_kernels(tiny_llama(seed=3, dtype=torch.float32).model, attention=False)
         data = json.loads(path.read_text())
@@ -660,7 +660,7 @@ def test_corrupt_kernels_file_is_measured_again(monkeypatch: pytest.MonkeyPatch,
         content = json.dumps({**json.loads(path.read_text()), "format": 1})
     path.write_text(content)
     timer = _faster("mm_t")
-    monkeypatch.setattr(kernels, "_time_calls", timer)
+    monkeypatch.setattr(kernels.timing, "time_calls", timer)
     lm = tiny_llama(seed=3, dtype=torch.float32)
     assert apply_cpu_kernels(lm.model, attention=False) == ("fast_lm_head",)
     assert len(timer.seen) == 1 and kernel_report(lm)["measured"]
@@ -675,7 +675,7 @@ def test_fixed_kernel_choice_is_the_escape_hatch(monkeypatch: pytest.MonkeyPatch
     from verispec.models import apply_cpu_kernels, kernel_report, kernels
 
     timer = _faster("plain")
-    monkeypatch.setattr(kernels, "_time_calls", timer)
+    monkeypatch.setattr(kernels.timing, "time_calls", timer)
     monkeypatch.setenv("VERISPEC_KERNEL_CHOICE", "fixed")
     lm = tiny_llama(seed=3, dtype=torch.float32)
     want = _cpu_kernels_expected(lm.model) - {"gqa_attention", "lean_layers"}
@@ -704,7 +704,7 @@ def test_measured_choice_of_a_float64_model_never_packs(monkeypatch: pytest.Monk
 
     monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
     timer = _faster("packed")
-    monkeypatch.setattr(kernels, "_time_calls", timer)
+    monkeypatch.setattr(kernels.timing, "time_calls", timer)
     lm = tiny_llama(seed=3, dtype=torch.float64)
     assert apply_cpu_kernels(lm.model, attention=False) == ()
     assert {(k[0].split()[0], k[1]) for k in timer.seen[0]} == {("head", "plain"), ("head", "mm_t")}
@@ -720,7 +720,7 @@ def test_matmul_dtype_auto_takes_the_faster_precision_and_keeps_it(monkeypatch: 
     monkeypatch.setenv("VERISPEC_KERNELS", str(tmp_path / "k.json"))
     for fast, want in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
         timer = _faster(fast)
-        monkeypatch.setattr(kernels, "_time_calls", timer)
+        monkeypatch.setattr(kernels.timing, "time_calls", timer)
         assert faster_matmul_dtype(rows=3, width=4, inner=5 + len(fast)) == want  # a new key each time: timed
         assert [sorted(s) for s in timer.seen] == [["bfloat16", "float32"]]
         assert faster_matmul_dtype(rows=3, width=4, inner=5 + len(fast)) == want  # stored: not timed again

@@ -117,7 +117,7 @@ def test_no_extensions_env_and_a_failed_build_fall_back(monkeypatch: pytest.Monk
     def timer(calls, repeats=3, rivals=None):  # type: ignore[no-untyped-def]
         seen.append(list(calls))
         return {key: 1.0 if key[1] == "rowdot" else 2.0 for key in calls}
-    monkeypatch.setattr(kernels, "_time_calls", timer)
+    monkeypatch.setattr(kernels.timing, "time_calls", timer)
     lm, ref = tiny_llama(seed=3, dtype=torch.float32), tiny_llama(seed=3, dtype=torch.float32)
     kernels.apply_cpu_kernels(lm.model, attention=False)
     assert seen and all(key[1] != "rowdot" for key in seen[0])
@@ -140,7 +140,7 @@ def test_measured_rowdot_runs_every_linear(rd, monkeypatch: pytest.MonkeyPatch, 
     def timer(calls, repeats=3, rivals=None):  # type: ignore[no-untyped-def]
         seen.append(list(calls))
         return {key: 1.0 if key[1] == "rowdot" else 2.0 for key in calls}
-    monkeypatch.setattr(kernels, "_time_calls", timer)
+    monkeypatch.setattr(kernels.timing, "time_calls", timer)
 
     monkeypatch.setenv("VERISPEC_NO_EXTENSIONS", "1")  # an older plan, without rowdot
     kernels.apply_cpu_kernels(tiny_llama(seed=3, dtype=torch.float32).model, attention=False)

@@ -22,7 +22,7 @@ from .hf import VOCAB_MAP_FILE, ModelLoadError, _quiet
 from .kernels import (
     KERNEL_CHOICES,
     KERNELS,
-    _fast_linear_forward,
+    fast_linear_forward,
     apply_cpu_kernels,
     fast_lm_head,
     faster_matmul_dtype,
@@ -46,7 +46,7 @@ from .loading import CausalLM, _slice_head, load_causal_lm
 from .paths import cache_dir, cpu_matrix_units, cpu_name, machine_key, read_json, write_json
 
 # Private names above are the ones other modules and tests use today (distill: _quiet; tests:
-# _slice_head, _fast_linear_forward, _smollm2_gguf, _CACHE_MARKER). Monkeypatch a loader's
+# _slice_head, _smollm2_gguf, _CACHE_MARKER). Monkeypatch a loader's
 # globals in the submodule that defines them (e.g. ``verispec.models.builtin``), not here.
 
 __all__ = [

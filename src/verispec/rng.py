@@ -357,10 +357,6 @@ class Draws:
         """Float64 uniforms in (0, 1), one per broadcast element of ``seeds`` and ``positions``."""
         return uniform(seeds, positions, stream)
 
-    def gumbel(self, seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """Float64 Gumbel noise ``[*broadcast(seeds, positions), V]``."""
-        return gumbel_noise(seeds, positions, vocab_size)
-
     def gumbel_argmax(self, probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``[n]`` argmax(log p + G) for rows ``probs [n, V]``, ``seeds [n]``, ``positions [n]``."""
         return gumbel_argmax(probs, seeds, positions)

@@ -25,7 +25,12 @@ from functools import cached_property
 
 import torch
 
-__all__ = ["SamplingParams", "RowParams", "logits_to_probs", "MIN_TEMPERATURE"]
+__all__ = ["SamplingParams", "RowParams", "logits_to_probs", "check_logits", "fit_vocab", "gumbel_rows", "METHODS",
+           "MIN_TEMPERATURE"]
+
+#: How a sampled row draws its tokens: "exact" (rejection sampling, inverse CDF) or "gumbel"
+#: (drafter-invariant: the argmax of log p plus the shared Gumbel noise).
+METHODS = ("exact", "gumbel")
 
 #: The smallest non-zero temperature. ``logits / T`` must stay finite in float32 (max ~3.4e38):
 #: at T >= 1e-4 that holds for any logit below 3.4e34 in magnitude, far beyond any model's,
@@ -164,10 +169,7 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams | RowParams) ->
         raise TypeError("logits must be a floating-point torch.Tensor")
     if logits.dim() < 1 or logits.shape[-1] == 0:
         raise ValueError(f"logits must have shape [..., V] with V >= 1, got {tuple(logits.shape)}")
-    if torch.isnan(logits).any() or torch.isposinf(logits).any():
-        raise ValueError("logits contain NaN or +inf (a broken model or overflow)")
-    if torch.isneginf(logits).all(-1).any():
-        raise ValueError("a row of logits is entirely -inf: no token can be sampled")
+    check_logits(logits)
     if isinstance(params, SamplingParams):
         params = RowParams.of([params]) if logits.dim() == 1 else _broadcast(params, logits.shape[0])
         if logits.dim() == 1:
@@ -175,6 +177,48 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams | RowParams) ->
     elif logits.dim() < 2 or len(params) != logits.shape[0]:
         raise ValueError(f"RowParams has {len(params)} rows for logits of shape {tuple(logits.shape)}")
     return _transform(logits, params)
+
+
+def check_logits(logits: torch.Tensor, what: str = "logits", top: torch.Tensor | None = None) -> None:
+    """Raise ``ValueError`` where ``logits [..., V]`` hold NaN or +inf, or a row that is entirely
+    ``-inf`` (no token could be drawn): NaN must never reach a sampler.
+
+    ``top``: the row maxima, where the caller has them already. ``max`` propagates NaN, so the row
+    maxima alone tell whether anything is wrong; only then are the rows looked at again, to say what.
+    """
+    top = logits.amax(-1) if top is None else top
+    if bool(torch.isfinite(top).all()):
+        return
+    if bool(torch.isnan(logits).any()) or bool(torch.isposinf(logits).any()):
+        raise ValueError(f"{what} contain NaN or +inf (a broken model or overflow)")
+    raise ValueError(f"a row of {what} is entirely -inf: no token can be drawn")
+
+
+def fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
+    """Logits ``[..., V']`` cut or padded to ``V`` entries: a padded head's extra ids dropped, a
+    short head's missing ids given -inf (probability 0)."""
+    Vt = logits.shape[-1]
+    if Vt == V:
+        return logits
+    if Vt > V:
+        return logits[..., :V]
+    return torch.cat([logits, logits.new_full((*logits.shape[:-1], V - Vt), -math.inf)], dim=-1)
+
+
+def gumbel_rows(method: str | Sequence[str] | torch.Tensor, B: int, device: torch.device | str = "cpu"
+                ) -> torch.Tensor:
+    """``[B]`` bool: the rows drawn by the Gumbel rule, from one method name for every row, one
+    name per row, or the mask itself. Raises ``ValueError`` for a name not in :data:`METHODS` or
+    a list of another length."""
+    if isinstance(method, torch.Tensor):
+        return method.to(device=device, dtype=torch.bool)
+    if isinstance(method, str) and method in METHODS:
+        return torch.full((B,), method == "gumbel", dtype=torch.bool, device=device)
+    if isinstance(method, str) or not isinstance(method, Sequence) or len(method) != B \
+            or any(m not in METHODS for m in method):
+        raise ValueError(f"method must be one of {METHODS} or a list of them, one per row (B = {B}), "
+                         f"got {method!r:.80}")
+    return torch.tensor([m == "gumbel" for m in method], dtype=torch.bool, device=device)
 
 
 def _broadcast(params: SamplingParams, B: int) -> RowParams:

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..drafters import DEFAULT_DRAFT_MODEL
+from ..engine.costs import machine_busy
 from ..sampling import SamplingParams
 from ..workloads import BUILTIN_WORKLOADS, BenchPrompt, load_prompt_file, load_workload
 
@@ -237,7 +238,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     load_start = _loadavg()
-    if load_start and load_start[0] > (os.cpu_count() or 1) + 0.5:
+    if load_start and machine_busy(load_start[0]):
         console.print(f"[yellow]note:[/] the machine is busy (load {load_start[0]:.1f} on {os.cpu_count()} cores): "
                       "timings are noisy, and multi-threaded torch suffers most from contention (try --threads 1)")
     with console.status(f"loading target {args.target} ..."):

@@ -15,22 +15,12 @@ import torch
 
 from ..draft import Draft
 from ..rng import COUNTER, STREAM_DRAFT, Draws, inverse_cdf
-from ..sampling import RowParams, SamplingParams, logits_to_probs
+from ..sampling import RowParams, SamplingParams, check_logits, fit_vocab, gumbel_rows, logits_to_probs
 
 __all__ = ["sample_draft", "greedy_draft", "to_target_vocab", "agreement", "gumbel_rows", "draft_chain"]
 
 if TYPE_CHECKING:
     from .base import DraftAsk
-
-
-def gumbel_rows(method: str | Sequence[str] | torch.Tensor, B: int, device: torch.device | str = "cpu"
-                ) -> torch.Tensor:
-    """``[B]`` bool: the rows drawn by the Gumbel rule, from one method name, one per row, or the mask."""
-    if isinstance(method, torch.Tensor):
-        return method.to(device=device, dtype=torch.bool)
-    if isinstance(method, str):
-        return torch.full((B,), method == "gumbel", dtype=torch.bool, device=device)
-    return torch.tensor([m == "gumbel" for m in method], dtype=torch.bool, device=device)
 
 
 def sample_draft(logits: torch.Tensor, params: SamplingParams | RowParams, method: str | Sequence[str] | torch.Tensor,
@@ -99,12 +89,7 @@ def to_target_vocab(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int
     if vocab_map is not None:
         full = logits.new_full((logits.shape[0], V), float("-inf"))
         return full.index_copy_(1, vocab_map.to(logits.device), logits)
-    Vd = logits.shape[-1]
-    if Vd == V:
-        return logits
-    if Vd > V:  # padded draft head: the target gives those ids probability 0 anyway
-        return logits[:, :V]
-    return torch.cat([logits, logits.new_full((logits.shape[0], V - Vd), float("-inf"))], dim=1)
+    return fit_vocab(logits, V)  # a padded head's extra ids: the target gives them probability 0 anyway
 
 
 def greedy_draft(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int) -> torch.Tensor:
@@ -117,10 +102,7 @@ def greedy_draft(logits: torch.Tensor, vocab_map: torch.Tensor | None, V: int) -
         ValueError: NaN or +inf logits, as :func:`logits_to_probs`.
     """
     x = logits if vocab_map is not None else logits[:, :V]
-    if torch.isnan(x).any() or torch.isposinf(x).any():
-        raise ValueError("draft logits contain NaN or +inf (a broken model or overflow)")
-    if torch.isneginf(x).all(-1).any():
-        raise ValueError("a row of draft logits is entirely -inf: no token can be drafted")
+    check_logits(x, "draft logits")
     if vocab_map is None:
         return x.argmax(-1)  # [B], the first maximum = the lowest id
     if not bool((vocab_map[1:] > vocab_map[:-1]).all()):

@@ -47,7 +47,7 @@ from ..kv import KVRunner
 from ..sampling import SamplingParams
 
 __all__ = ["PassCosts", "CostTables", "measure_pass_costs", "reference_costs", "load_costs", "costs_file",
-           "REFERENCE_VERIFY_SLOPE", "REFERENCE_STEP_OVERHEAD"]
+           "machine_busy", "REFERENCE_VERIFY_SLOPE", "REFERENCE_STEP_OVERHEAD"]
 
 _CONTEXT = 48  # tokens of context behind the timed passes
 _REPEATS = 5  # timed passes per width (interleaved over widths, after one untimed round); the median is kept
@@ -324,7 +324,7 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     ``drafter`` (its median ratio to a one-token pass, times v(1)): read from the costs file
     (:func:`costs_file`) when it holds this model, drafter and machine, else measured and written
     there, so every process on a machine uses one table. A table timed while the machine was busy
-    (:func:`_busy`) is marked so and timed again by the first process that finds the machine quiet;
+    (:func:`machine_busy`) is marked so and timed again by the first process that finds the machine quiet;
     widths or a draft step timed busy are never kept as quiet (the in-memory caches remember it).
     Reading, timing and writing happen under the costs file's lock (:func:`_locked`), so two
     processes started together time a key once and never drop each other's entries. Only rows
@@ -332,7 +332,7 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     disk_key = " | ".join([target.name, getattr(drafter, "name", "none"), machine_key(),
                            f"kernels {kernel_choice()} {_kernels_digest(target, drafter)}", f"widths {max_width}",
                            _METHOD])
-    busy = _busy()
+    busy = machine_busy()
     with _locked():  # one process times and writes a key at a time; the others read what it wrote
         stored, stored_busy = _stored(disk_key, drafter is not None)
         if stored is not None and (busy or not stored_busy):  # a busy table waits for a quiet machine
@@ -352,13 +352,16 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     return costs
 
 
-def _busy() -> bool:
-    """Whether the machine runs more than it has cores for (1-minute load average above cores +
-    0.5): a second 2-thread job on 2 cores made one-token passes time 100-115 ms instead of 21."""
-    try:
-        return os.getloadavg()[0] > (os.cpu_count() or 1) + 0.5
-    except OSError:  # no load average on this platform
-        return False
+def machine_busy(load: float | None = None) -> bool:
+    """Whether the machine runs more than it has cores for: ``load`` (default: the 1-minute load
+    average; False where the platform has none) above cores + 0.5. A second 2-thread job on 2
+    cores made one-token passes time 100-115 ms instead of 21."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # no load average on this platform
+            return False
+    return load > (os.cpu_count() or 1) + 0.5
 
 
 def _kernels_digest(target: CausalLM, drafter: Drafter | None) -> str:

@@ -25,7 +25,6 @@ seed, absolute position): a row produces the same tokens alone or in any batch.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,7 +33,7 @@ import torch
 
 from ..draft import Draft
 from ..drafters import DraftAsk
-from ..sampling import RowParams, logits_to_probs
+from ..sampling import RowParams, check_logits, fit_vocab, logits_to_probs
 from ..verify import Verification, merge_rows, verify_argmax, verify_draft
 from .requests import Completion, RequestOutput
 from .state import BatchState, Row
@@ -171,7 +170,7 @@ def _verify_sampled(m: Models, d: Draft, logits: torch.Tensor, params: RowParams
                     positions: torch.Tensor, methods: str | list[str]) -> Verification:
     """Any rows: p = each row's transform of its logits ``[B, N+1, V]``, then the verifier."""
     device = logits.device
-    p = logits_to_probs(_fit_vocab(logits.to(m.dtype), m.target.vocab_size), params)  # [B, N+1, V]
+    p = logits_to_probs(fit_vocab(logits.to(m.dtype), m.target.vocab_size), params)  # [B, N+1, V]
     return verify_draft(p, d.to(device), seeds=seeds, positions=positions.to(device), method=methods,
                         greedy=params.greedy.to(device), validate=False)
 
@@ -347,16 +346,6 @@ def _argmax_tokens(logits: torch.Tensor, V: int) -> torch.Tensor:
     :func:`verispec.logits_to_probs` takes it); NaN, +inf or an all -inf row raise as there.
     One read of the logits: ``max`` propagates NaN, so only the row maxima need checking."""
     top, index = logits[..., :V].max(-1)  # [B, N+1] each: the first maximum's value and id
-    if not bool(torch.isfinite(top).all()):
-        raise ValueError("logits contain NaN or +inf, or a row is entirely -inf (a broken model or overflow)")
+    check_logits(logits[..., :V], top=top)
     return index
 
-
-def _fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
-    """Cut or pad (with -inf) the target's logits to the engine's vocabulary size V."""
-    Vt = logits.shape[-1]
-    if Vt == V:
-        return logits
-    if Vt > V:
-        return logits[..., :V]
-    return torch.cat([logits, logits.new_full((*logits.shape[:-1], V - Vt), -math.inf)], dim=-1)

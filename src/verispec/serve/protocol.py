@@ -19,13 +19,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..sampling import SamplingParams
+from ..sampling import METHODS, SamplingParams
 
 __all__ = ["APIError", "CompletionSpec", "parse_request", "error_body", "finish_reason", "completion_body",
            "chat_body", "completion_chunk", "chat_chunk", "usage_body", "MAX_STOP"]
 
 MAX_STOP = 4  # OpenAI's limit on stop strings
-METHODS = ("exact", "gumbel")
 ROLES = ("system", "user", "assistant", "developer", "tool")
 INT64 = (-(2**63), 2**63 - 1)
 

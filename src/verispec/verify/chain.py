@@ -41,10 +41,9 @@ import torch
 
 from ..draft import Draft
 from ..rng import COUNTER, STREAM_ACCEPT, STREAM_EMIT, Draws, inverse_cdf, random_seeds
+from ..sampling import METHODS, gumbel_rows
 
 __all__ = ["Verification", "verify", "verify_draft", "verify_argmax", "merge_rows", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
-
-METHODS = ("exact", "gumbel")
 
 #: Rows of ``target_probs``/``draft_probs`` must sum to 1 within this absolute tolerance (they are then
 #: read as ``p / sum(p)``: see :func:`verify`).
@@ -144,7 +143,7 @@ def verify(
     """
     B, K = _check_shapes(target_probs, draft_probs, draft_tokens)
     device = target_probs.device
-    gumbel = _gumbel_rows(method, B, device)  # [B] rows verified by the Gumbel rule
+    gumbel = gumbel_rows(method, B, device)  # [B] rows verified by the Gumbel rule
     num_draft = _as_index_vector(num_draft, "num_draft", B, device, default=K)
     seeds = random_seeds(B).to(device) if seeds is None else _as_index_vector(seeds, "seeds", B, device)
     positions = _as_index_vector(positions, "positions", B, device, default=0)
@@ -170,17 +169,6 @@ def verify(
     if validate:  # every row the rules read: each slot up to the emitting one
         _check_rows_read(target_probs, draft_probs, out.num_accepted, q_drafted, greedy)
     return out
-
-
-def _gumbel_rows(method: object, B: int, device: torch.device) -> torch.Tensor:
-    """``[B]`` bool from ``method``: one name for every row, or one per row."""
-    if isinstance(method, str) and method in METHODS:
-        return torch.full((B,), method == "gumbel", dtype=torch.bool, device=device)
-    if isinstance(method, str) or not isinstance(method, Sequence) or len(method) != B \
-            or any(m not in METHODS for m in method):
-        raise ValueError(f"method must be one of {METHODS} or a list of them, one per row (B = {B}), "
-                         f"got {method!r:.80}")
-    return torch.tensor([m == "gumbel" for m in method], dtype=torch.bool, device=device)
 
 
 def _verify_by_method(p, q, d, drafted, num_draft, seeds, positions, draws, greedy, gumbel) -> Verification:

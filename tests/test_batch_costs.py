@@ -249,3 +249,27 @@ def test_one_long_draft_does_not_widen_the_pass_of_a_batch():
     mixed = KRows(8)
     mixed.add(["auto"] * 3, fixed=[False, True, False])
     assert mixed.squeeze(torch.tensor([8, 5, 0]), match, None, costs).tolist() == [5, 5, 0]
+
+
+def test_only_auto_rows_time_the_cost_table(tiny_target, tiny_draft, monkeypatch):
+    """A decoder whose rows all draft a fixed K times no cost table (the fixed-K step reads none);
+    the first "auto" row to join an empty batch times it, once per decoder."""
+    from verispec.engine import decoder as decoder_mod
+
+    calls = []
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return measure_pass_costs(*a, **kw)
+
+    monkeypatch.setattr(decoder_mod, "measure_pass_costs", counted)
+    greedy = SamplingParams(temperature=0)
+    dec = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_draft), k=3)
+    fixed = dec.generate("hello world", 8, greedy).texts
+    assert calls == []
+    assert list(dec.run([Request("hello world", 8, greedy, request_id=0, k="auto")]))
+    assert calls == [1]
+    assert dec.generate("hello world", 8, greedy).texts == fixed  # K never changes greedy text
+    auto = SpeculativeDecoder(tiny_target, ModelDrafter(tiny_draft), k="auto")
+    assert auto.generate("hello world", 8, greedy).texts == fixed
+    assert calls == [1, 1]

@@ -121,10 +121,10 @@ def _merge(copied: Draft, drafted: Draft | None, use_copy: torch.Tensor, k_model
             conf[:, :Km] = torch.where(use_copy[:, None], float("nan"), drafted.confidence.cpu())
     rows = use_copy.to(device)
     tokens[rows, :Kc] = copied.tokens.to(device)[rows]
-    if probs is not None:
-        one_hot = torch.zeros(B, Kc, ask.vocab_size, dtype=ask.dtype, device=device)
-        one_hot.scatter_(2, copied.tokens.to(device)[..., None], 1.0)
-        probs[rows, :Kc] = one_hot[rows]
+    if probs is not None and bool(rows.any()):  # the copy rows' q: point masses, written in place
+        r = rows.nonzero().squeeze(1)  # [n]
+        probs[r, :Kc] = 0
+        probs[r[:, None], torch.arange(Kc, device=device)[None], copied.tokens.to(device)[r]] = 1.0
     if copied.accept_prob is not None:
         accept[use_copy, :Kc] = copied.accept_prob[use_copy]
     return Draft(tokens, probs, num, forwards=drafted.forwards if drafted is not None else 0, accept_prob=accept,

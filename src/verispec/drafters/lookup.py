@@ -46,6 +46,7 @@ class PromptLookupDrafter(DrafterBase):
         self.tried = torch.zeros(0, nb, dtype=torch.float64)  # [B, buckets] per match length
         self.passed = torch.zeros(0, nb, dtype=torch.float64)
         self._pending: list[tuple[list[int], int] | None] = []  # the last proposal per row, to score
+        self._grown: dict[int, _Grown] = {}  # id(context) -> the context as a tensor, grown as it grows
 
     def add(self, prompts: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
         self.contexts += [list(p) for p in prompts]
@@ -59,13 +60,14 @@ class PromptLookupDrafter(DrafterBase):
         self._pending = [self._pending[i] for i in index]
         self.tried, self.passed = self.tried[rows.cpu()], self.passed[rows.cpu()]
 
-    def match(self, context: list[int]) -> tuple[int, int]:
+    def match(self, context: list[int] | torch.Tensor) -> tuple[int, int]:
         """``(start, m)``: the longest earlier match of the context's tail is ``m`` tokens long
-        and its continuation starts at ``context[start]``; ``(-1, 0)`` if none of ``min_ngram``."""
+        and its continuation starts at ``context[start]``; ``(-1, 0)`` if none of ``min_ngram``.
+        ``context``: token ids, or the int64 tensor of them."""
         L = len(context)
         if L < 2:
             return -1, 0
-        seq = torch.tensor(context)
+        seq = context if isinstance(context, torch.Tensor) else torch.tensor(context, dtype=torch.int64)
         ends = (seq[:-1] == seq[-1]).nonzero().flatten()  # [H] earlier copies of the last token
         if not len(ends):
             return -1, 0
@@ -92,8 +94,8 @@ class PromptLookupDrafter(DrafterBase):
         num = torch.zeros(B, dtype=torch.int64)
         prob = torch.full((B, K), float("nan"), dtype=torch.float64)
         s = self.prior_strength
-        for b, ctx in enumerate(self.contexts):  # ragged string search, one row at a time
-            start, m = self.match(ctx)
+        for b, (ctx, seq) in enumerate(zip(self.contexts, self._tensors())):  # ragged search, a row at a time
+            start, m = self.match(seq)
             found = ctx[start : start + int(k[b])] if start >= 0 else []
             self._pending[b] = (found, m) if found else None
             if not found:
@@ -104,6 +106,19 @@ class PromptLookupDrafter(DrafterBase):
             i = self._buckets(m, n)
             prob[b, :n] = (self.passed[b, i] + s * self.prior[i]) / (self.tried[b, i] + s)
         return Draft(tokens, None, num, accept_prob=prob)
+
+    def _tensors(self) -> list[torch.Tensor]:
+        """Each row's context as an int64 tensor: the one kept for that context list, grown by what
+        was appended since (converting the whole context every step cost O(context) per row)."""
+        old, self._grown = self._grown, {}
+        out = []
+        for ctx in self.contexts:
+            g = old.get(id(ctx))
+            if g is None or g.tokens is not ctx or g.n > len(ctx):
+                g = _Grown(ctx)
+            self._grown[id(ctx)] = g
+            out.append(g.view())
+        return out
 
     def update(self, emitted: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
         for b, (ctx, new) in enumerate(zip(self.contexts, emitted)):
@@ -116,3 +131,27 @@ class PromptLookupDrafter(DrafterBase):
                 self.passed[b].index_add_(0, self._buckets(m, passed), torch.ones(passed, dtype=torch.float64))
                 self._pending[b] = None
             ctx.extend(new)
+
+
+class _Grown:
+    """A token list mirrored in an int64 tensor with spare room: :meth:`view` appends what the list
+    gained since the last call (amortised O(new tokens)), reallocating at twice the size when full."""
+
+    __slots__ = ("tokens", "buf", "n")
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = tokens  # the list itself (appended to in place by the drafter)
+        self.buf = torch.tensor(tokens, dtype=torch.int64)
+        self.n = len(tokens)
+
+    def view(self) -> torch.Tensor:
+        """``[len(tokens)]`` the list's tokens (a view of the buffer)."""
+        L = len(self.tokens)
+        if L > self.n:
+            if L > self.buf.shape[0]:
+                grown = torch.empty(max(L, 2 * self.buf.shape[0]), dtype=torch.int64)
+                grown[: self.n] = self.buf[: self.n]
+                self.buf = grown
+            self.buf[self.n : L] = torch.tensor(self.tokens[self.n :], dtype=torch.int64)
+            self.n = L
+        return self.buf[:L]

@@ -55,11 +55,12 @@ class SpeculativeDecoder:
         max_k: upper bound for the adaptive policies.
         costs: the pass and draft-step costs the ``"auto"`` policy weighs. Default: greedy and
             Gumbel rows (whose text does not depend on draft lengths) read a table measured on
-            this machine at the first ``start`` (:func:`~verispec.engine.costs.measure_pass_costs`,
-            kept in the costs file), sampled "exact" rows the timing-free reference table
-            (:func:`~verispec.engine.costs.reference_costs`). A :class:`PassCosts`, or the path
-            of a JSON file holding one (:func:`~verispec.engine.costs.load_costs`), pins the
-            table every row reads.
+            this machine when the first ``"auto"`` row joins an empty batch
+            (:func:`~verispec.engine.costs.measure_pass_costs`, kept in the costs file; a decoder
+            whose rows all have a fixed K times nothing), seeded sampled "exact" rows the
+            timing-free reference table (:func:`~verispec.engine.costs.reference_costs`). A
+            :class:`PassCosts`, or the path of a JSON file holding one
+            (:func:`~verispec.engine.costs.load_costs`), pins the table every row reads.
     """
 
     def __init__(self, target: CausalLM | str, drafter: Drafter | None = None, *, k: KPolicy = 4,
@@ -118,11 +119,10 @@ class SpeculativeDecoder:
         a state from an earlier ``start`` can no longer be stepped."""
         self._epoch += 1
         device = self.target.model.device
-        # The drafter runs a dummy request to time its step: before any row of the batch exists.
-        costs = self.cost_tables if self.drafter is not None else CostTables.of(PassCosts())
+        # No cost table yet: only "auto" rows read one, and the first to join times it (see add).
         state = BatchState([], KVRunner(self.target.model, 0), torch.zeros(0, dtype=torch.int64, device=device),
                            torch.zeros(0, dtype=torch.int64, device=device), RowParams.of([]),
-                           torch.zeros(0, dtype=torch.bool), KRows(self.max_k), costs, GenerationStats(),
+                           torch.zeros(0, dtype=torch.bool), KRows(self.max_k), _UNTIMED, GenerationStats(),
                            self._epoch)
         if self.drafter is not None:
             self.drafter.keep(torch.zeros(0, dtype=torch.int64))
@@ -142,6 +142,9 @@ class SpeculativeDecoder:
             raise ValueError(f"request ids must be unique within a batch, got {ids}")
         if not rows:
             return
+        if state.costs is _UNTIMED and self.drafter is not None \
+                and any((r.k if r.k is not None else self.k) == "auto" for r in requests):
+            state.costs = self._tables_for(state)
         first = len(state.rows)
         logits, features = self._prefill(state, [r.prompt for r in rows])
         self._append(state, rows, requests)
@@ -333,6 +336,16 @@ class SpeculativeDecoder:
         text = RowText(tuple(stop)) if stop or r.stream else None
         return Row(r, rid, prompt, method, text=text)
 
+    def _tables_for(self, state: BatchState) -> CostTables:
+        """The cost tables of a batch whose first "auto" row joins now. Timing them runs the drafter
+        on a dummy request, so that happens only while the batch holds no row (or was done or
+        pinned before); an "auto" row joining running rows of fixed K before anything was timed
+        reads the timing-free table for every row (which changes no output: see ``costs``)."""
+        if not state.rows or self._tables is not None or self.pinned_costs:
+            return self.cost_tables
+        fixed = reference_costs(self.target, self.drafter, self.max_k + 2)
+        return CostTables(fixed, fixed)
+
     def _prefill(self, state: BatchState, prompts: list[list[int]]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Run the new prompts through the target on runners of their own (no padding) and append
         their rows to the batch's cache: each prompt's next-token logits ``[n, V_t]``, and its
@@ -405,6 +418,11 @@ class GenerationStream:
             if o.completion is not None:
                 done[o.request_id] = o.completion
         self.result = _result([done[r.request_id] for r in self._requests], state.stats)
+
+
+#: The cost tables of a batch no row of which reads one (fixed K or heuristic rows, or no drafter):
+#: nothing is timed for it.
+_UNTIMED = CostTables.of(PassCosts())
 
 
 def check_max_batch(max_batch: int | None) -> int:

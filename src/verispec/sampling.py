@@ -19,14 +19,17 @@ Filter order (the same as HuggingFace ``generate``):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 import torch
 
-__all__ = ["SamplingParams", "RowParams", "logits_to_probs", "check_logits", "fit_vocab", "gumbel_rows", "METHODS",
-           "MIN_TEMPERATURE"]
+__all__ = ["SamplingParams", "RowParams", "logits_to_probs", "check_logits", "fit_vocab", "gumbel_rows", "split_rows",
+           "merge_tensor_rows", "METHODS", "MIN_TEMPERATURE"]
+
+T = TypeVar("T")
 
 #: How a sampled row draws its tokens: "exact" (rejection sampling, inverse CDF) or "gumbel"
 #: (drafter-invariant: the argmax of log p plus the shared Gumbel noise).
@@ -221,6 +224,34 @@ def gumbel_rows(method: str | Sequence[str] | torch.Tensor, B: int, device: torc
     return torch.tensor([m == "gumbel" for m in method], dtype=torch.bool, device=device)
 
 
+def split_rows(mask: torch.Tensor, on: Callable[[torch.Tensor | None], T], off: Callable[[torch.Tensor | None], T],
+               merge: Callable[[int, tuple[torch.Tensor, T], tuple[torch.Tensor, T]], T]) -> T:
+    """One result for a batch whose rows follow two rules: ``on`` for the rows where ``mask [B]``
+    holds (greedy rows, Gumbel rows, ...), ``off`` for the others.
+
+    Each rule is given the int64 index of its rows (on the mask's device), or ``None`` when it has
+    every row: a batch of one kind runs one rule on the whole batch, without gathers. A mixed
+    batch runs both, each on its own rows, and ``merge(B, (on_index, on_result), (off_index,
+    off_result))`` puts every row back in its place, so a row's result depends on that row alone.
+    """
+    if bool(mask.all()):
+        return on(None)
+    if not bool(mask.any()):
+        return off(None)
+    on_rows, off_rows = mask.nonzero().squeeze(1), (~mask).nonzero().squeeze(1)
+    return merge(mask.shape[0], (on_rows, on(on_rows)), (off_rows, off(off_rows)))
+
+
+def merge_tensor_rows(B: int, *parts: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``[B, ...]`` from blocks of rows ``(index [n], values [n, ...])``: row ``index[i]`` gets
+    ``values[i]`` (the blocks cover every row; :func:`split_rows`'s ``merge`` for tensors)."""
+    first = parts[0][1]
+    out = first.new_empty((B, *first.shape[1:]))
+    for index, values in parts:
+        out[index.to(out.device)] = values
+    return out
+
+
 def _broadcast(params: SamplingParams, B: int) -> RowParams:
     one = RowParams.of([params])
     return one.rows(torch.zeros(B, dtype=torch.int64))
@@ -229,16 +260,9 @@ def _broadcast(params: SamplingParams, B: int) -> RowParams:
 def _transform(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
     """:func:`logits_to_probs` on ``logits [B, ..., V]``: greedy rows one-hot, the others filtered."""
     params = params.to(logits.device)
-    greedy = params.greedy
-    if bool(greedy.all()):
-        return _one_hot_argmax(logits)
-    if not bool(greedy.any()):
-        return _filtered(logits, params)
-    g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
-    out = torch.empty_like(logits)
-    out[g] = _one_hot_argmax(logits[g])
-    out[s] = _filtered(logits[s], params.rows(s))
-    return out
+    return split_rows(params.greedy, lambda r: _one_hot_argmax(logits if r is None else logits[r]),
+                      lambda r: _filtered(logits, params) if r is None else _filtered(logits[r], params.rows(r)),
+                      merge_tensor_rows)
 
 
 def _one_hot_argmax(logits: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,8 @@ import torch
 
 from ..draft import Draft
 from ..rng import COUNTER, STREAM_DRAFT, Draws, inverse_cdf
-from ..sampling import RowParams, SamplingParams, check_logits, fit_vocab, gumbel_rows, logits_to_probs
+from ..sampling import (RowParams, SamplingParams, check_logits, fit_vocab, gumbel_rows, logits_to_probs,
+                        merge_tensor_rows, split_rows)
 
 __all__ = ["sample_draft", "greedy_draft", "to_target_vocab", "agreement", "gumbel_rows", "draft_chain"]
 
@@ -45,22 +46,15 @@ def _draw_from(q: torch.Tensor, params: SamplingParams | RowParams, gumbel: torc
     B = q.shape[0]
     greedy = torch.full((B,), params.greedy, device=q.device) if isinstance(params, SamplingParams) \
         else params.greedy.to(q.device)
-    if bool(greedy.all()):
-        return q.argmax(-1)
-    by_gumbel, by_cdf = ~greedy & gumbel, ~greedy & ~gumbel
-    if bool(by_cdf.all()):
-        return inverse_cdf(q, draws.uniform(seeds, positions, STREAM_DRAFT))
-    if bool(by_gumbel.all()):
-        return draws.gumbel_argmax(q, seeds, positions)
-    d = q.argmax(-1)
-    for rows, draw in ((by_gumbel, _gumbel_draw), (by_cdf, _cdf_draw)):
-        if bool(rows.any()):
-            d[rows] = draw(q[rows], seeds[rows], positions[rows], draws)
-    return d
 
+    def rows(r: torch.Tensor | None, *x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x if r is None else tuple(t[r] for t in x)
 
-def _gumbel_draw(q: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, draws: Draws) -> torch.Tensor:
-    return draws.gumbel_argmax(q, seeds, positions)
+    def sampled(r: torch.Tensor | None) -> torch.Tensor:
+        qs, ss, ps, gs = rows(r, q, seeds, positions, gumbel)
+        return split_rows(gs, lambda g: draws.gumbel_argmax(*rows(g, qs, ss, ps)),
+                          lambda c: _cdf_draw(*rows(c, qs, ss, ps), draws), merge_tensor_rows)
+    return split_rows(greedy, lambda r: rows(r, q)[0].argmax(-1), sampled, merge_tensor_rows)
 
 
 def _cdf_draw(q: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, draws: Draws) -> torch.Tensor:

@@ -33,7 +33,7 @@ import torch
 
 from ..draft import Draft
 from ..drafters import DraftAsk
-from ..sampling import RowParams, check_logits, fit_vocab, logits_to_probs
+from ..sampling import RowParams, check_logits, fit_vocab, logits_to_probs, split_rows
 from ..verify import Verification, merge_rows, verify_argmax, verify_draft
 from .requests import Completion, RequestOutput
 from .state import BatchState, Row
@@ -142,20 +142,22 @@ def _verify(m: Models, state: BatchState, d: Draft, logits: torch.Tensor, params
     batch that mixes both verifies its greedy rows from the argmax alone and builds
     ``[b, N+1, V]`` for its b sampled rows only (each row's outcome depends on that row alone)."""
     t0 = time.perf_counter()
-    greedy = _argmax_rows(params, d)
-    if not bool(greedy.any()):
-        out = _verify_sampled(m, d, logits, params, seeds, positions, methods)
-    elif bool(greedy.all()):
-        out = _verify_greedy(d, logits, m.target.vocab_size)
-    else:
-        device = logits.device
-        g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
-        gd, sd = g.to(device), s.to(device)
+    device, V = logits.device, m.target.vocab_size
+
+    def greedy(g: torch.Tensor | None) -> Verification:
+        return _verify_greedy(d, logits, V) if g is None else _verify_greedy(d.rows(g), logits[g.to(device)], V)
+
+    def sampled(s: torch.Tensor | None) -> Verification:
+        if s is None:
+            return _verify_sampled(m, d, logits, params, seeds, positions, methods)
         picked = methods if isinstance(methods, str) else [methods[i] for i in s.tolist()]
-        sampled = _verify_sampled(m, d.rows(s), logits[sd], params.rows(s), seeds[s.to(seeds.device)],
-                                  positions[s], picked)
-        out = merge_rows(len(greedy), (gd, _verify_greedy(d.rows(g), logits[gd], m.target.vocab_size)), (sd, sampled),
-                         num_draft=d.num_draft.to(device))
+        return _verify_sampled(m, d.rows(s), logits[s.to(device)], params.rows(s), seeds[s.to(seeds.device)],
+                               positions[s], picked)
+
+    def merge(B: int, *parts: tuple[torch.Tensor, Verification]) -> Verification:
+        return merge_rows(B, *((i.to(device), v) for i, v in parts), num_draft=d.num_draft.to(device))
+
+    out = split_rows(_argmax_rows(params, d), greedy, sampled, merge)
     state.stats.time_verify += time.perf_counter() - t0
     return out
 

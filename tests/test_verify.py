@@ -1069,7 +1069,7 @@ def test_per_row_methods_in_one_call_equal_each_method_alone():
         verify(p, q, d, seeds=seeds, method=["exact"] * 5 + ["beam"])
 
 
-def test_verify_draft_takes_chains_and_refuses_trees_it_cannot_verify_exactly():
+def test_verify_draft_takes_chains_and_sends_trees_to_the_tree_verifier():
     from verispec.draft import Draft
     from verispec.verify import verify_draft
 
@@ -1082,7 +1082,7 @@ def test_verify_draft_takes_chains_and_refuses_trees_it_cannot_verify_exactly():
     assert torch.equal(out.accepted_nodes(), torch.where(out.accepted, torch.arange(3), -1))
     tree = Draft(d, None, torch.tensor([3, 3]), parents=torch.tensor([[-1, 0, 0], [-1, -1, 1]]), child_draw="iid")
     assert tree.depth().tolist() == [[1, 2, 2], [1, 1, 2]]
-    with pytest.raises(NotImplementedError, match="tree"):
-        verify_draft(p, tree, seeds=torch.tensor([1, 2]))
+    out = verify_draft(p, tree, seeds=torch.tensor([1, 2]))  # tests/test_verify_tree.py: exact by enumeration
+    assert out.path is not None and out.num_accepted.tolist() == (out.path >= 0).sum(1).tolist()
     with pytest.raises(ValueError, match="earlier node"):
         Draft(d, None, torch.tensor([3, 3]), parents=torch.tensor([[0, 0, 0], [-1, 0, 1]]))

@@ -219,15 +219,54 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     failed = _certify_table(console, results, args.quick)
     console.print(f"{len(results) - failed} passed, {failed} failed" if failed else
                   f"all {len(results)} cases passed")
+    tree_cases = certify.tree_grid(args.quick)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("enumerating the shipped tree and block verifiers", total=len(tree_cases))
+        tree_results = certify.certify_trees(tree_cases, on_case=lambda: progress.advance(task))
+    tree_failed = _tree_table(console, tree_results, args.quick)
+    console.print(f"{len(tree_results) - tree_failed} tree cases passed, {tree_failed} failed" if tree_failed else
+                  f"all {len(tree_results)} tree cases passed")
+    failed += tree_failed
     if args.mutants:
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("mutants", total=None)
             mutants = certify.run_mutants(cases, on_case=lambda: progress.advance(task))
+            tree_mutants = certify.run_tree_mutants(tree_cases, on_case=lambda: progress.advance(task))
         survived = _mutant_table(console, mutants)
         console.print(f"{len(mutants) - survived} of {len(mutants)} mutants caught"
                       + (f"; {survived} SURVIVED" if survived else ""))
-        failed += survived
+        tree_survived = _mutant_table(console, tree_mutants, "tree and block")
+        console.print(f"{len(tree_mutants) - tree_survived} of {len(tree_mutants)} tree mutants caught"
+                      + (f"; {tree_survived} SURVIVED" if tree_survived else ""))
+        failed += survived + tree_survived
     return 1 if failed else 0
+
+
+def _tree_table(console: Console, results: list, quick: bool) -> int:
+    """One row per (mode, edge case) of the tree certificate; returns failures."""
+    from .certify import TV_TOLERANCE
+
+    table = Table(title=f"verispec certify{' --quick' if quick else ''}: trees (ragged shapes up to depth 3, "
+                        f"branching 3, one batch) and block verification: one pass of the shipped verify_draft / "
+                        f"verify(method='block') from each context, then the target, vs the target's law "
+                        f"(pass: TV <= {TV_TOLERANCE:g}, no probe or pathwise mismatch)")
+    for col in ("mode", "edge case", "V", "shapes / K", "cases", "rows", "max TV", "probes", "pathwise", "result"):
+        table.add_column(col, justify="left" if col in ("mode", "edge case", "shapes / K") else "right")
+    groups: dict[tuple[str, str], list] = {}
+    for r in results:
+        groups.setdefault((r.case.mode, r.case.edge), []).append(r)
+    failed = 0
+    for (mode, edge), rs in groups.items():
+        ok = all(r.passed for r in rs)
+        failed += sum(not r.passed for r in rs)
+        checked = [r.pathwise_mismatches for r in rs if r.pathwise_mismatches is not None]
+        shapes = (f"K={_span(r.case.k for r in rs)}" if mode == "block" else
+                  " ".join(sorted({s for r in rs for s in r.case.shapes})))
+        table.add_row(mode, edge, _span(r.case.vocab for r in rs), shapes, str(len(rs)), str(sum(r.rows for r in rs)),
+                      f"{max(r.tv for r in rs):.1e}", f"{sum(r.probe_mismatches for r in rs)} bad",
+                      f"{sum(checked)} bad" if checked else "-", "[green]pass[/]" if ok else "[red]FAIL[/]")
+    console.print(table)
+    return failed
 
 
 def _certify_table(console: Console, results: list, quick: bool) -> int:
@@ -259,11 +298,12 @@ def _certify_table(console: Console, results: list, quick: bool) -> int:
     return failed
 
 
-def _mutant_table(console: Console, mutants: list) -> int:
+def _mutant_table(console: Console, mutants: list, kind: str = "") -> int:
     """One row per mutant: what it breaks and the first case that caught it; returns survivors."""
     from .certify import TV_TOLERANCE
 
-    table = Table(title="verispec certify --mutants: each wrong verifier must fail the grid")
+    table = Table(title=f"verispec certify --mutants: each wrong {kind + ' ' if kind else ''}verifier must fail "
+                        f"the grid")
     for col in ("mutant", "what is wrong", "caught by", "TV", "evidence"):
         table.add_column(col, justify="right" if col == "TV" else "left")
     survived = 0
@@ -276,10 +316,15 @@ def _mutant_table(console: Console, mutants: list) -> int:
         evidence = [f"TV {c.tv:.0e}" if c.tv > TV_TOLERANCE else "",
                     f"{c.probe_mismatches} probe rows" if c.probe_mismatches else "",
                     f"{c.pathwise_mismatches} pathwise rows" if c.pathwise_mismatches else "",
-                    "not constant on a cell" if c.error else ""]
-        dtype = "" if c.case.dtype == "float64" or c.case.edge == "large_v" else f" {c.case.dtype}"
-        table.add_row(m.mutant.name, m.mutant.what, f"{c.case.method} {c.case.edge}{dtype} V={c.case.vocab} K={c.case.k}",
-                      "inf" if c.error else f"{c.tv:.1e}", ", ".join(e for e in evidence if e))
+                    "not constant on a cell" if getattr(c, "error", None) else ""]
+        if hasattr(c.case, "mode"):  # a tree case
+            where = f"{c.case.mode} {c.case.edge} V={c.case.vocab} " + (
+                f"K={c.case.k}" if c.case.mode == "block" else "+".join(c.case.shapes))
+        else:
+            dtype = "" if c.case.dtype == "float64" or c.case.edge == "large_v" else f" {c.case.dtype}"
+            where = f"{c.case.method} {c.case.edge}{dtype} V={c.case.vocab} K={c.case.k}"
+        table.add_row(m.mutant.name, m.mutant.what, where,
+                      "inf" if getattr(c, "error", None) else f"{c.tv:.1e}", ", ".join(e for e in evidence if e))
     console.print(table)
     return survived
 

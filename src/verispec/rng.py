@@ -25,6 +25,9 @@ __all__ = [
     "STREAM_ACCEPT",
     "STREAM_EMIT",
     "STREAM_GUMBEL",
+    "STREAM_SIBLING",
+    "STREAM_BLOCK",
+    "accept_stream",
     "uniform",
     "sample",
     "inverse_cdf",
@@ -45,6 +48,15 @@ STREAM_DRAFT = 1  # the drafter's sample at a draft slot
 STREAM_ACCEPT = 2  # the accept test u < p/q
 STREAM_EMIT = 3  # residual / bonus sample, and target-only sampling
 STREAM_GUMBEL = 4  # per-token Gumbel noise for drafter-invariant decoding
+STREAM_SIBLING = 1 << 8  # + r: the accept test of a tree node's r-th child (r >= 1; r = 0 is STREAM_ACCEPT)
+STREAM_BLOCK = 1 << 16  # + i: block verification's eta_i, keyed by the pass's first position (verify.block)
+
+
+def accept_stream(rank: int) -> int:
+    """The stream of the accept test of a node's child of sibling rank ``rank`` (0: the first child,
+    which is also a chain's draft): STREAM_ACCEPT for rank 0, so a chain written as a tree draws
+    what the chain verifier draws."""
+    return STREAM_ACCEPT if rank == 0 else STREAM_SIBLING + rank
 
 
 def _signed(x: int) -> int:

@@ -26,7 +26,7 @@ from .grid import CertCase, CertResult, default_grid, run_case
 
 V = importlib.import_module("verispec.verify.chain")  # the module whose steps the mutants replace
 
-__all__ = ["Mutant", "MutantResult", "MUTANTS", "run_mutants"]
+__all__ = ["Mutant", "MutantResult", "MUTANTS", "run_mutants", "TREE_MUTANTS", "run_tree_mutants"]
 
 
 @dataclass(frozen=True)
@@ -245,6 +245,99 @@ def run_mutants(cases: Sequence[CertCase] | None = None, mutants: Sequence[Mutan
             for case in order:
                 n += 1
                 res = run_case(case)
+                if on_case:
+                    on_case()
+                if not res.passed:
+                    caught = res
+                    break
+        results.append(MutantResult(m, caught, n, time.perf_counter() - t0))
+    return results
+
+
+# ----------------------------------------------------------------------------------------------
+# Trees and block verification (verispec.verify.tree, verispec.verify.block), caught by the tree
+# certificate (verispec.certify.trees)
+
+TREE = importlib.import_module("verispec.verify.tree")
+BLOCK = importlib.import_module("verispec.verify.block")
+
+
+def _residual_not_carried(real):
+    """After a rejected sibling the law stays as it was: the next sibling is tested, and the token
+    emitted after the last one drawn, against the node's p instead of the residual."""
+    return lambda law, q: law
+
+
+def _q_not_renormalised(real):
+    """Without replacement: the rejected token's mass is removed from q, and q is not renormalised."""
+    return lambda q, c: q.scatter(1, c, 0.0)
+
+
+def _sibling_tested_against_p(real):
+    """The ladder carries the residual (and emits from it), but tests each sibling against the node's
+    own p instead of the residual."""
+    def ladder(p_node, q_node, kid_tok, has, u, without_replacement):
+        n, M = kid_tok.shape
+        law, q_law = p_node.clone(), None if q_node is None else q_node.clone()
+        rank = torch.full((n,), -1, dtype=torch.int64)
+        for j in range(M):
+            open_ = has[:, j] & (rank < 0)
+            c = kid_tok[:, j].clamp_min(0)[:, None]
+            q_c = torch.ones_like(u[:, j]) if q_law is None else q_law.gather(1, c).squeeze(1)
+            acc = open_ & (u[:, j] * q_c < p_node.gather(1, c).squeeze(1))  # p, not the residual
+            rank[acc] = j
+            rej = (open_ & ~acc).nonzero().squeeze(1)
+            if rej.numel():
+                q_r = torch.zeros_like(law[rej]).scatter_(1, c[rej], 1.0) if q_law is None else q_law[rej]
+                law[rej] = TREE._carry(law[rej], q_r)
+                if without_replacement and q_law is not None:
+                    q_law[rej] = TREE._remove(q_law[rej], c[rej])
+        return rank, law
+    return ladder
+
+
+def _noise_keyed_by_node(real):
+    """Draws keyed by the node's slot in the pass (``positions + slot``) instead of its depth."""
+    return lambda positions, depth: positions[:, None] + torch.arange(depth.shape[1])
+
+
+def _block_weights_lag(real):
+    """Block verification's weights one position late: w_i computed as the correct w_{i-1}."""
+    def weights(ratio):
+        w = real(ratio)
+        return torch.cat([w[:, :1], w[:, :-1]], 1)
+    return weights
+
+
+TREE_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("tree_residual_not_carried", "a rejected sibling's residual is not carried to the next sibling",
+           ((TREE, "_carry", _residual_not_carried),), first="iid"),
+    Mutant("tree_q_not_renormalised", "without replacement: q not renormalised after a rejected sibling",
+           ((TREE, "_remove", _q_not_renormalised),), first="without_replacement"),
+    Mutant("tree_sibling_tested_against_p", "a sibling is tested against the node's p instead of the residual",
+           ((TREE, "_sibling_ladder", _sibling_tested_against_p),), first="iid"),
+    Mutant("tree_noise_keyed_by_node", "draws (Gumbel noise, accept and emit uniforms) keyed by node, not position",
+           ((TREE, "_node_positions", _noise_keyed_by_node),), first="gumbel"),
+    Mutant("block_weights_off_by_one", "block verification's weights w_i one position late",
+           ((BLOCK, "_block_weights", _block_weights_lag),), first="block"),
+)
+
+
+def run_tree_mutants(cases=None, mutants: Sequence[Mutant] = TREE_MUTANTS,
+                     on_case: Callable[[], None] | None = None) -> list[MutantResult]:
+    """Run the tree certificate (:mod:`verispec.certify.trees`) under each tree mutant until a case
+    fails, trying the cases of the mutant's mode (``first``) first."""
+    from .trees import run_tree_case, tree_grid
+
+    cases = list(tree_grid(quick=True) if cases is None else cases)
+    results = []
+    for m in mutants:
+        order = sorted(cases, key=lambda c: (c.mode != m.first, -c.vocab))
+        t0, caught, n = time.perf_counter(), None, 0
+        with m.injected():
+            for case in order:
+                n += 1
+                res = run_tree_case(case)
                 if on_case:
                     on_case()
                 if not res.passed:

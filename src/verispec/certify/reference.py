@@ -21,10 +21,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..rng import STREAM_ACCEPT, STREAM_EMIT, gumbel_noise, sample, uniform
+from ..rng import COUNTER, STREAM_ACCEPT, STREAM_BLOCK, STREAM_EMIT, accept_stream, gumbel_noise, inverse_cdf_reference, sample, uniform
 
 __all__ = ["accept_probability", "residual_distribution", "gumbel_choice", "gumbel_max_law", "gumbel_max_laws", "reference_probs",
-           "reference_verify", "total_variation", "Dist"]
+           "reference_verify", "reference_verify_tree", "reference_verify_block", "total_variation", "Dist"]
 
 Dist = tuple[float, ...]
 
@@ -189,3 +189,129 @@ def _one_hot(d: int, V: int) -> torch.Tensor:
     q = torch.zeros(V, dtype=torch.float64)
     q[d] = 1.0
     return q
+
+
+def reference_verify_tree(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    parents: torch.Tensor,
+    *,
+    num_draft: torch.Tensor,
+    seeds: torch.Tensor,
+    positions: torch.Tensor,
+    child_draw: str = "iid",
+    method: str = "exact",
+    draws=None,
+) -> list[list[int]]:
+    """Plain loop version of :func:`verispec.verify.verify_tree` (docs/design.md section 9): one row,
+    one node, one sibling at a time, with the same draws; returns the emitted tokens per row.
+
+    At a node with target law p the children are tried in index order against ``law`` (p at first):
+    child c (drawn from ``q``) passes if u < law(c) / q(c); a rejection replaces law by
+    norm(max(0, law - q)) (:func:`residual_distribution`, which keeps law where that has no mass)
+    and, for children drawn without replacement, q by q without c, renormalised. Point masses
+    (``draft_probs=None`` or "top_k") have q = one-hot(c). If no child passes, the token is drawn
+    from law. Greedy rows (one-hot p at every slot) follow the child equal to argmax p; "gumbel"
+    follows the child equal to argmax(log p + G(seed, position)).
+    """
+    draws = COUNTER if draws is None else draws
+    point = draft_probs is None or child_draw == "top_k"
+    out: list[list[int]] = []
+    for b in range(target_probs.shape[0]):
+        n, seed, pos0 = int(num_draft[b]), seeds[b : b + 1], int(positions[b])
+        V = target_probs.shape[-1]
+        children: dict[int, list[int]] = {}
+        for i in range(n):
+            children.setdefault(int(parents[b, i]), []).append(i)
+        rows = [target_probs[b, s].double().tolist() for s in range(n + 1)]
+        greedy = method != "gumbel" and all(sum(x > 0 for x in r) == 1 and max(r) == 1.0 for r in rows)
+        node, depth, emitted = -1, 0, []
+        while True:
+            pos = torch.tensor([pos0 + depth])
+            raw = target_probs[b, node + 1].double()
+            p = [x / math.fsum(raw.tolist()) for x in raw.tolist()]
+            kids = children.get(node, [])
+            if method == "gumbel" or greedy:
+                t = (gumbel_choice(raw.tolist(), gumbel_noise(seed, pos, V)[0].tolist()) if method == "gumbel"
+                     else max(range(V), key=lambda x: (p[x], -x)))
+                nxt = next((c for c in kids if int(draft_tokens[b, c]) == t), None)
+            else:
+                law, nxt = p, None
+                q = None
+                if not point and kids:
+                    qrow = draft_probs[b, kids[0]].double().tolist()
+                    q = [x / math.fsum(qrow) for x in qrow]
+                for r, c in enumerate(kids):
+                    d = int(draft_tokens[b, c])
+                    qc = _one_hot(d, V).tolist() if q is None else q
+                    u = float(draws.uniform(seed, pos, accept_stream(r))[0])
+                    if u < law[d] / qc[d]:
+                        nxt = c
+                        break
+                    law = residual_distribution(law, qc)
+                    if child_draw == "without_replacement" and q is not None:
+                        q = [0.0 if x == d else qx for x, qx in enumerate(q)]
+                        total = math.fsum(q)
+                        q = [x / total for x in q] if total > 0 else q
+                if nxt is None:
+                    t = int(inverse_cdf_reference(torch.tensor(law, dtype=torch.float64),
+                                                  draws.uniform(seed, pos, STREAM_EMIT)[0]))
+            if nxt is None:
+                emitted.append(t)
+                break
+            emitted.append(int(draft_tokens[b, nxt]))
+            node, depth = nxt, depth + 1
+        out.append(emitted)
+    return out
+
+
+def reference_verify_block(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    *,
+    num_draft: torch.Tensor,
+    seeds: torch.Tensor,
+    positions: torch.Tensor,
+    draws=None,
+) -> list[list[int]]:
+    """Plain loop version of block verification (:mod:`verispec.verify.block`), with the same draws:
+    w_0 = 1, w_i = min(1, w_{i-1} P_i(X_i) / Q_i(X_i)); h_i = Z_i / (Z_i + 1 - w_i) with
+    Z_i = sum_x max(0, w_i P_{i+1}(x) - Q_{i+1}(x)) (0 where the denominator is 0), h_0 = 1, h_n = w_n;
+    tau = the largest i with eta_i < h_i; emit X_1..X_tau and a token from P_{n+1} (tau = n) or from
+    norm(max(0, w_tau P_{tau+1} - Q_{tau+1})) (P_{tau+1} where that has no mass)."""
+    draws = COUNTER if draws is None else draws
+    out: list[list[int]] = []
+    for b in range(target_probs.shape[0]):
+        n, seed, pos0 = int(num_draft[b]), seeds[b : b + 1], int(positions[b])
+        V = target_probs.shape[-1]
+        x = [int(draft_tokens[b, i]) for i in range(n)]
+        P = [_normalised_list(target_probs[b, i].double().tolist()) for i in range(n + 1)]  # P_1..P_{n+1}
+        Q = [(_one_hot(x[i], V).tolist() if draft_probs is None else _normalised_list(draft_probs[b, i].double().tolist()))
+             for i in range(n)]  # Q_1..Q_n
+        w = [1.0]
+        for i in range(n):
+            w.append(min(1.0, w[-1] * P[i][x[i]] / Q[i][x[i]]))
+        h = [1.0]
+        for i in range(1, n):
+            Z = math.fsum(max(0.0, w[i] * P[i][y] - Q[i][y]) for y in range(V))
+            h.append(Z / (Z + 1 - w[i]) if Z + 1 - w[i] > 0 else 0.0)
+        if n:
+            h.append(w[n])
+        tau = max(i for i in range(n + 1)
+                  if i == 0 or float(draws.uniform(seed, torch.tensor([pos0]), STREAM_BLOCK + i)[0]) < h[i])
+        if tau == n:
+            law = P[n]
+        else:
+            law = [max(0.0, w[tau] * P[tau][y] - Q[tau][y]) for y in range(V)]
+            if math.fsum(law) <= 0:
+                law = P[tau]
+        u = draws.uniform(seed, torch.tensor([pos0 + tau]), STREAM_EMIT)[0]
+        out.append(x[:tau] + [int(inverse_cdf_reference(torch.tensor(law, dtype=torch.float64), u))])
+    return out
+
+
+def _normalised_list(row: list[float]) -> list[float]:
+    total = math.fsum(row)
+    return [v / total for v in row]

@@ -39,11 +39,16 @@ from dataclasses import dataclass
 
 import torch
 
-from ..draft import Draft
 from ..rng import COUNTER, STREAM_ACCEPT, STREAM_EMIT, Draws, inverse_cdf, random_seeds
 from ..sampling import METHODS, gumbel_rows
+from . import block as block_module
 
-__all__ = ["Verification", "verify", "verify_draft", "verify_argmax", "merge_rows", "gumbel_argmax", "METHODS", "SUM_TOLERANCE"]
+__all__ = ["Verification", "verify", "verify_argmax", "merge_rows", "gumbel_argmax", "METHODS",
+           "VERIFY_METHODS", "SUM_TOLERANCE"]
+
+#: The methods :func:`verify` takes: the sampling methods, and "block" (block verification of an
+#: exact row's chain: :mod:`verispec.verify.block`).
+VERIFY_METHODS = METHODS + ("block",)
 
 #: Rows of ``target_probs``/``draft_probs`` must sum to 1 within this absolute tolerance (they are then
 #: read as ``p / sum(p)``: see :func:`verify`).
@@ -82,20 +87,6 @@ class Verification:
         return torch.where(self.accepted, torch.arange(K, device=self.accepted.device), -1)
 
 
-def verify_draft(target_probs: torch.Tensor, draft: Draft, **kwargs) -> Verification:
-    """Verify a :class:`~verispec.draft.Draft` (the engine's form: a tree per row).
-
-    ``target_probs [B, N+1, V]``: p after the root (slot 0) and after each node i (slot i + 1).
-    Chains go to :func:`verify` (``kwargs`` as there). Trees need the rules of their
-    ``child_draw`` (docs/design.md section 9), which are not built yet: they raise
-    ``NotImplementedError`` rather than be verified by a chain rule that would not be exact.
-    """
-    if not draft.is_chain:
-        raise NotImplementedError(f"verifying a tree draft (child_draw={draft.child_draw!r}) is not implemented; "
-                                  "only chains are")
-    return verify(target_probs, draft.probs, draft.tokens, num_draft=draft.num_draft, **kwargs)
-
-
 def verify(
     target_probs: torch.Tensor,
     draft_probs: torch.Tensor | None,
@@ -120,8 +111,10 @@ def verify(
         seeds: ``[B]`` int64 request seeds; default: fresh seeds from torch's global generator.
         positions: ``[B]`` int64 absolute position of draft slot 0 (keys the random draws);
             default 0.
-        method: ``"exact"`` or ``"gumbel"``, or one of them per row (rows of both kinds share
-            the call; each row's output is what its method alone would give).
+        method: ``"exact"``, ``"gumbel"`` or ``"block"`` (block verification of an exact row:
+            :mod:`verispec.verify.block`), or one of them per row (rows of every kind share the
+            call; each row's output is what its method alone would give). Block rows read p and q
+            at every drafted slot (the rule needs them all).
         greedy: which rows have one-hot p (temperature 0) and take the greedy fast path: a bool
             for the whole batch or a ``[B]`` bool tensor. ``None`` detects them (one read of p).
             Validated (each such row must be one-hot at its used slots) when ``validate``.
@@ -143,7 +136,8 @@ def verify(
     """
     B, K = _check_shapes(target_probs, draft_probs, draft_tokens)
     device = target_probs.device
-    gumbel = gumbel_rows(method, B, device)  # [B] rows verified by the Gumbel rule
+    block = _block_rows(method, B, device)  # [B] rows verified by block verification
+    gumbel = gumbel_rows(_sampling_methods(method), B, device)  # [B] rows verified by the Gumbel rule
     num_draft = _as_index_vector(num_draft, "num_draft", B, device, default=K)
     seeds = random_seeds(B).to(device) if seeds is None else _as_index_vector(seeds, "seeds", B, device)
     positions = _as_index_vector(positions, "positions", B, device, default=0)
@@ -161,40 +155,79 @@ def verify(
     q_drafted = torch.where(gumbel, 0, num_draft)  # q is read for exact rows only
     try:
         out = _verify_by_method(target_probs, draft_probs, d, drafted, num_draft, seeds, positions, draws, greedy,
-                                gumbel)
+                                gumbel, block)
     except ValueError:  # a rule met a row it cannot use: name the argument if the input is at fault
         if validate:
             _check_rows_read(target_probs, draft_probs, num_draft, q_drafted, greedy)
         raise
-    if validate:  # every row the rules read: each slot up to the emitting one
-        _check_rows_read(target_probs, draft_probs, out.num_accepted, q_drafted, greedy)
+    if validate:  # every row the rules read: each slot up to the emitting one (block rows: all drafted)
+        _check_rows_read(target_probs, draft_probs, torch.where(block & ~greedy, num_draft, out.num_accepted),
+                         q_drafted, greedy)
     return out
 
 
-def _verify_by_method(p, q, d, drafted, num_draft, seeds, positions, draws, greedy, gumbel) -> Verification:
+def _block_rows(method: object, B: int, device: torch.device) -> torch.Tensor:
+    """``[B]`` bool: the rows ``method`` names "block" (one name for every row, or one per row)."""
+    if isinstance(method, str):
+        return torch.full((B,), method == "block", dtype=torch.bool, device=device)
+    if isinstance(method, Sequence) and not isinstance(method, torch.Tensor):
+        return torch.tensor([m == "block" for m in method], dtype=torch.bool, device=device).reshape(-1)[:B]
+    return torch.zeros(B, dtype=torch.bool, device=device)
+
+
+def _sampling_methods(method: object) -> object:
+    """``method`` with "block" read as "exact" (a block row draws its tokens by the exact rule's
+    residuals), for :func:`verispec.sampling.gumbel_rows`, which checks every name."""
+    if isinstance(method, str):
+        return "exact" if method == "block" else method
+    if isinstance(method, Sequence) and not isinstance(method, torch.Tensor):
+        return ["exact" if m == "block" else m for m in method]
+    return method
+
+
+def _verify_by_method(p, q, d, drafted, num_draft, seeds, positions, draws, greedy, gumbel, block) -> Verification:
     """Gumbel rows by the Gumbel rule, the others by :func:`_verify`; merged row by row."""
     if bool(gumbel.all()):
         return _verify_gumbel(p, d, drafted, num_draft, seeds, positions, draws)
     if not bool(gumbel.any()):
-        return _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy)
+        return _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy, block)
     g, e = gumbel.nonzero().squeeze(1), (~gumbel).nonzero().squeeze(1)
     by_gumbel = _verify_gumbel(p[g], d[g], drafted[g], num_draft[g], seeds[g], positions[g], draws)
     by_exact = _verify(p[e], None if q is None else q[e], d[e], drafted[e], num_draft[e], seeds[e], positions[e],
-                       draws, greedy[e])
+                       draws, greedy[e], block[e])
     return merge_rows(p.shape[0], (g, by_gumbel), (e, by_exact), num_draft=num_draft)
 
 
-def _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy) -> Verification:
-    """Greedy rows on the fast path, the others by the exact rule; merged row by row."""
+def _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy, block) -> Verification:
+    """Greedy rows on the fast path, the others by the exact or the block rule; merged row by row."""
     if bool(greedy.all()):
         return _verify_greedy(p, d, drafted, num_draft)
     if not bool(greedy.any()):
-        return _verify_exact(p, q, d, drafted, num_draft, seeds, positions, draws)
+        return _verify_sampled(p, q, d, drafted, num_draft, seeds, positions, draws, block)
     g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
     fast = _verify_greedy(p[g], d[g], drafted[g], num_draft[g])
-    slow = _verify_exact(p[s], None if q is None else q[s], d[s], drafted[s], num_draft[s], seeds[s], positions[s],
-                         draws)
+    slow = _verify_sampled(p[s], None if q is None else q[s], d[s], drafted[s], num_draft[s], seeds[s], positions[s],
+                           draws, block[s])
     return merge_rows(p.shape[0], (g, fast), (s, slow), num_draft=num_draft)
+
+
+def _verify_sampled(p, q, d, drafted, num_draft, seeds, positions, draws, block) -> Verification:
+    """Block rows by block verification, the others by the exact (token by token) rule."""
+    if not bool(block.any()):
+        return _verify_exact(p, q, d, drafted, num_draft, seeds, positions, draws)
+    if bool(block.all()):
+        return _verify_block(p, q, d, num_draft, seeds, positions, draws)
+    b, e = block.nonzero().squeeze(1), (~block).nonzero().squeeze(1)
+    by_block = _verify_block(p[b], None if q is None else q[b], d[b], num_draft[b], seeds[b], positions[b], draws)
+    by_exact = _verify_exact(p[e], None if q is None else q[e], d[e], drafted[e], num_draft[e], seeds[e], positions[e],
+                             draws)
+    return merge_rows(p.shape[0], (b, by_block), (e, by_exact), num_draft=num_draft)
+
+
+def _verify_block(p, q, d, num_draft, seeds, positions, draws) -> Verification:
+    """Block verification (:mod:`verispec.verify.block`): keep tau drafts, then one more token."""
+    tau, x = block_module.block_rule(p, q, d, num_draft, seeds, positions, draws)
+    return _assemble(d, tau, x, num_draft)
 
 
 def _greedy_rows(p: torch.Tensor, greedy: bool | torch.Tensor | None) -> torch.Tensor:

@@ -159,3 +159,29 @@ def test_verify_budget_is_an_explicit_cap_off_by_default():
     assert p.parse_args([]).verify_budget == 0
     assert p.parse_args(["--verify-budget", "32"]).verify_budget == 32
     assert _parser("x").parse_args([]).verify_budget == 0
+
+
+def test_the_cost_table_is_timed_before_serving(tiny_target, tiny_draft, monkeypatch):
+    """A k="auto" server times its cost table before it reports ready, so no request pays for the
+    timing (the decoder alone times it when the first "auto" row joins an empty batch)."""
+    from verispec.engine import decoder as decoder_module
+    from verispec.engine.costs import PassCosts
+
+    calls = []
+
+    def fake(target, drafter, max_width):
+        calls.append(time.perf_counter())
+        return PassCosts({1: 1.0, 2: 1.05}, draft_step=0.05)
+
+    monkeypatch.setattr(decoder_module, "measure_pass_costs", fake)
+    s = Scheduler(SpeculativeDecoder(tiny_target, CappedDrafter(ModelDrafter(tiny_draft)), k="auto"))
+    s.start()
+    try:
+        assert s.ready.wait(60) and s.failed is None
+        assert len(calls) == 1  # before any request
+        e = Events()
+        assert s.submit(Job("a", _spec([5, 6, 7], 6), e)) == "ok"
+        assert e.done.wait(60) and [ev[0] for ev in e.got] == ["done"]
+        assert len(calls) == 1
+    finally:
+        s.stop()

@@ -135,7 +135,9 @@ class Scheduler:
 
     def _run(self) -> None:
         try:
-            self.state = self.decoder.start()  # measures the K policy's cost table once, before serving
+            if self.decoder.drafter is not None and self.decoder.k == "auto":
+                _ = self.decoder.cost_tables  # timed once, before serving: no request pays for it
+            self.state = self.decoder.start()
         except BaseException as e:  # noqa: BLE001 - reported by the server's startup
             self.failed = e
             self.ready.set()

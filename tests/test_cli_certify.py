@@ -54,21 +54,40 @@ def test_every_mutant_is_caught_and_shown(quick_run):
     assert f"{len(certify.MUTANTS)} of {len(certify.MUTANTS)} mutants caught" in out
 
 
+def test_trees_and_block_are_certified_and_their_mutants_caught(quick_run):
+    _, out, _ = quick_run
+    assert f"all {len(certify.tree_grid(quick=True))} tree cases passed" in out
+    for mode in certify.TREE_MODES:
+        assert any(line.lstrip("│ ").startswith(mode + " ") and "pass" in line for line in out.splitlines()), mode
+    for m in certify.TREE_MUTANTS:
+        line = next(r for r in out.splitlines() if f" {m.name} " in r)
+        assert "SURVIVED" not in line and " V=" in line, line
+    assert f"{len(certify.TREE_MUTANTS)} of {len(certify.TREE_MUTANTS)} tree mutants caught" in out
+
+
 def _tiny_grid(quick: bool) -> list[CertCase]:
     return [CertCase("exact", "random", 3, 2, 3), CertCase("exact", "onehot_q", 3, 2, 3),
             CertCase("gumbel", "random", 2, 1, 3)]
 
 
+def _tiny_tree_grid(quick: bool) -> list[certify.TreeCase]:
+    return [certify.TreeCase("iid", 2, ("fan3", "fork")), certify.TreeCase("gumbel", 2, ("pair", "chain3")),
+            certify.TreeCase("block", 2, (), "random", 2)]
+
+
 def test_tiny_grid_passes(monkeypatch, capsys):
     monkeypatch.setattr(certify, "default_grid", _tiny_grid)
+    monkeypatch.setattr(certify, "tree_grid", _tiny_tree_grid)
     assert main(["certify"]) == 0
-    assert "all 3 cases passed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "all 3 cases passed" in out and "all 3 tree cases passed" in out
 
 
 def test_a_wrong_verify_py_exits_nonzero(monkeypatch, capsys):
     """The reviewer's test: verify.py replaced by "accept every draft, emit the argmax" (exact and
     greedy paths) must fail certification: the certifier runs verify.py, not its own copy."""
     monkeypatch.setattr(certify, "default_grid", _tiny_grid)
+    monkeypatch.setattr(certify, "tree_grid", _tiny_tree_grid)
 
     def argmax_all(p, q, d, drafted, num_draft, *rest):
         x = V._rows_at(p, torch.arange(p.shape[0]), num_draft).argmax(-1)
@@ -86,6 +105,7 @@ def test_broken_gumbel_verifier_exits_nonzero(monkeypatch, capsys):
     """A Gumbel verifier that forgets the noise (the target's token is the argmax of p) fails. (The
     noise of the wrong position would still sample the target's law: no test of a verifier.)"""
     monkeypatch.setattr(certify, "default_grid", _tiny_grid)
+    monkeypatch.setattr(certify, "tree_grid", _tiny_tree_grid)
     monkeypatch.setattr(V, "_target_token", lambda p_i, seeds, positions, draws: p_i.argmax(-1))
     assert main(["certify"]) == 1
     assert "FAIL" in capsys.readouterr().out

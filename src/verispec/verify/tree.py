@@ -192,6 +192,7 @@ def _walk(p, q, tokens, kids, at, seeds, draws, gumbel, greedy, without_replacem
     x = torch.zeros(B, dtype=torch.int64, device=device)
     num_accepted = torch.zeros(B, dtype=torch.int64, device=device)
     cur = torch.zeros(B, dtype=torch.int64, device=device)  # the slot the walk is at (0: the root)
+    tokens = tokens if N else tokens.new_zeros(B, 1)  # no nodes: nothing to gather (kids are all -1)
     live = torch.arange(B, device=device)
     while live.numel():
         slot = cur[live]
@@ -218,7 +219,7 @@ def _walk(p, q, tokens, kids, at, seeds, draws, gumbel, greedy, without_replacem
             M = kid.shape[1]
             u = torch.stack([draws.uniform(seeds[live[r]], pos[r], accept_stream(j)) for j in range(M)], 1)  # [m, M]
             q_node = None
-            if q is not None:  # the law the children were drawn from: any child's row (siblings share it)
+            if q is not None and N:  # the law the children were drawn from: any child's row (siblings share it)
                 q_node = chain._rows_at(q, live[r], kid[r, 0].clamp_min(0), torch.float64)  # [m, V]
                 q_node = q_node / chain._sums(q_node)[:, None]
             rank_s, law = _sibling_ladder(p_node[r], q_node, kid_tok[r], has[r], u, without_replacement)

@@ -7,16 +7,18 @@ comes before its children), so the target pass feeds them in index order and nod
 row sits in column ``i + 1`` of that pass.
 
 ``probs[b, i]`` is the distribution q that node i's token was drawn from (over the target's
-vocabulary), i.e. the drafter's distribution *after* its parent; ``None`` means every node is a
-point mass (prompt lookup, greedy drafters). ``child_draw`` says how the children of one node
-were drawn, which decides the exact rule that verifies them (docs/design.md section 9):
+vocabulary), i.e. the drafter's distribution *after* its parent, the same row for every sibling
+(for children drawn without replacement: q before any sibling was removed; the verifier removes
+them); ``None`` means every node is a point mass (prompt lookup, greedy drafters). ``child_draw``
+says how the children of one node were drawn, which decides the exact rule that verifies them
+(docs/design.md section 9; :func:`verispec.verify.verify_tree`):
 
 * ``"single"``: one child per node (a chain);
 * ``"iid"``: children drawn independently from the same q (multi-draft rejection sampling);
 * ``"without_replacement"``: children drawn one after another, each from q renormalised
   without the earlier ones (recursive rejection sampling, SpecInfer/sequoia style);
-* ``"top_k"``: the k most likely tokens of q, deterministically (verifiable exactly only
-  as point masses, e.g. under greedy decoding).
+* ``"top_k"``: the k most likely tokens of q, deterministically (verified as point masses,
+  whatever ``probs`` holds: exact at any temperature, accepting less than a sampled q would).
 """
 
 from __future__ import annotations

@@ -185,3 +185,21 @@ def test_the_cost_table_is_timed_before_serving(tiny_target, tiny_draft, monkeyp
         assert len(calls) == 1
     finally:
         s.stop()
+
+
+def test_an_engine_failure_answers_500_and_the_scheduler_keeps_serving(sched, monkeypatch):
+    """A prefill or a step that raises (not a validation error) fails the requests it touched with
+    500; the thread survives and the next request is answered."""
+    dec = sched.decoder
+    real_add, real_step = dec.add, dec.step
+    for name, real in (("add", real_add), ("step", real_step)):
+        def broken(*args, **kwargs):
+            raise RuntimeError(f"{name} broke")
+        monkeypatch.setattr(dec, name, broken)
+        e = Events()
+        assert sched.submit(Job(f"bad-{name}", _spec([5, 6, 7], 6), e)) == "ok"
+        assert e.done.wait(60) and e.got[-1][:2] == ("error", 500) and f"{name} broke" in e.got[-1][2]
+        monkeypatch.setattr(dec, name, real)
+        ok = Events()
+        assert sched.submit(Job(f"ok-{name}", _spec([5, 6, 7], 6), ok)) == "ok"
+        assert ok.done.wait(60) and [ev[0] for ev in ok.got] == ["done"]

@@ -216,6 +216,9 @@ class Scheduler:
                 except (ValueError, TypeError) as e:
                     log.info("%s refused by the engine: %s", j.id, e)
                     j.emit(("error", 400, str(e)))
+        except Exception as e:  # noqa: BLE001 - a broken prefill must not take the server down
+            self._fail(jobs, "engine prefill failed", e)
+            return
         rows = {r.request_id: r for r in self.state.rows}
         for j in added:
             j.row = rows.get(j.id)
@@ -241,11 +244,7 @@ class Scheduler:
         try:
             outputs = dec.step(state)
         except Exception as e:  # noqa: BLE001 - one broken step must not take the server down
-            log.exception("engine step failed; aborting the %d running requests", len(self._jobs))
-            for job in list(self._jobs.values()):
-                job.emit(("error", 500, f"engine error: {e}"))
-            self._jobs.clear()
-            self.state = dec.start()
+            self._fail([], "engine step failed", e)
             return
         finally:
             if self.capped is not None:
@@ -284,6 +283,16 @@ class Scheduler:
             state.stats.k_history.clear()
             state.stats.verify_width_seconds.clear()
         self.metrics.running.set(len(self._jobs))
+
+    def _fail(self, joining: list[Job], what: str, error: Exception) -> None:
+        """An engine failure: every running request and ``joining`` get a 500, and a fresh batch
+        starts (the failed one's state cannot be trusted); the server keeps serving."""
+        jobs = list(self._jobs.values()) + joining
+        log.exception("%s; aborting %d requests", what, len(jobs))
+        for job in jobs:
+            job.emit(("error", 500, f"engine error: {error}"))
+        self._jobs.clear()
+        self.state = self.decoder.start()
 
     def _itl(self, seconds: float, n: int) -> None:
         for _ in range(n):

@@ -293,3 +293,20 @@ def test_padded_slots_are_not_read():
     p[0, 3], q[0, 2], tokens[0, 2], parents[0, 2] = float("nan"), float("nan"), -1, 9
     out = verify_tree(p, q, tokens, parents, num_draft=torch.tensor([2, 3]), seeds=torch.tensor([1, 2]))
     assert 2 not in out.path[0].tolist()
+
+
+def test_merge_rows_keeps_the_tree_paths():
+    """The engine verifies greedy rows apart (chains, from the argmax) and merges: tree rows keep
+    their accepted nodes, chain rows get 0..num_accepted-1."""
+    from verispec.verify import merge_rows, verify_argmax
+
+    gen, rnd = torch.Generator().manual_seed(12), random.Random(12)
+    p, q, tokens, parents, num_draft = random_trees(gen, rnd, 8, 5, 4, "iid")
+    tree_rows, chain_rows = torch.tensor([0, 2, 4, 6]), torch.tensor([1, 3, 5, 7])
+    by_tree = verify_tree(p[tree_rows], q[tree_rows], tokens[tree_rows], parents[tree_rows],
+                          num_draft=num_draft[tree_rows], seeds=tree_rows)
+    by_argmax = verify_argmax(p[chain_rows].argmax(-1), tokens[chain_rows], num_draft[chain_rows])
+    out = merge_rows(8, (tree_rows, by_tree), (chain_rows, by_argmax), num_draft=num_draft)
+    assert torch.equal(out.accepted_nodes()[tree_rows], by_tree.path)
+    assert torch.equal(out.accepted_nodes()[chain_rows], by_argmax.accepted_nodes())
+    assert torch.equal(out.tokens[tree_rows], by_tree.tokens)

@@ -53,38 +53,55 @@ def block_rule(
     K = K1 - 1
     rows = torch.arange(B, device=p.device)
     slots = torch.arange(K + 1, device=p.device)
-    P = _normalised(p[:, :K].double())  # [B, K, V] P_1..P_K
-    Q = (torch.zeros_like(P).scatter_(-1, d[..., None], 1.0) if q is None
-         else _normalised(q.double()))  # [B, K, V] Q_1..Q_K
-    ratio = P.gather(-1, d[..., None]).squeeze(-1) / Q.gather(-1, d[..., None]).squeeze(-1)  # [B, K]
-    w = _block_weights(ratio)  # [B, K+1] w_0..w_K
-    # Z_i for i = 0..K-1 from P_{i+1} = P[:, i] and Q_{i+1} = Q[:, i]
-    Z = (w[:, :K, None] * P - Q).clamp_min_(0).sum(-1)  # [B, K]
-    denom = Z + 1 - w[:, :K]
-    h = torch.where(denom > 0, Z / torch.where(denom > 0, denom, 1.0), 0.0)  # [B, K] h_0..h_{K-1}
-    h = torch.cat([h, torch.zeros_like(h[:, :1])], 1)  # [B, K+1]
+    # Rows are read as P = p / sum(p), Q = q / sum(q); one pass for the sums, then one per slot for Z.
+    p_sum = _sums(p[:, :K])  # [B, K]
+    q_sum = torch.ones_like(p_sum) if q is None else _sums(q)
+    p_d = p[:, :K].gather(-1, d[..., None]).squeeze(-1).double() / p_sum  # [B, K] P_i(X_i)
+    q_d = torch.ones_like(p_d) if q is None else q.gather(-1, d[..., None]).squeeze(-1).double() / q_sum
+    w = _block_weights(p_d / q_d)  # [B, K+1] w_0..w_K
+    # h_i = Z_i / (Z_i + 1 - w_i) for 0 < i < n, Z_i from P_{i+1} = P[:, i] and Q_{i+1} = Q[:, i]
+    h = torch.zeros(B, K + 1, dtype=torch.float64, device=p.device)
+    for i in range(1, K):
+        r = (num_draft > i).nonzero().squeeze(1)  # rows with a slot i that is not their last
+        if r.numel() == 0:
+            break
+        Z = _excess(p, q, d, r, i, w[r, i], p_sum[r, i], q_sum[r, i])  # [b]
+        denom = Z + 1 - w[r, i]
+        h[r, i] = torch.where(denom > 0, Z / torch.where(denom > 0, denom, 1.0), 0.0)
     h[:, 0] = 1.0
     h[rows, num_draft] = w[rows, num_draft]  # h_n = w_n (n = 0: w_0 = 1)
     eta = _block_uniforms(draws, seeds, positions, K)  # [B, K+1]; eta_0 unused (h_0 = 1)
     passes = (slots <= num_draft[:, None]) & ((eta < h) | (slots == 0))  # [B, K+1]
     tau = (passes * slots).amax(-1)  # [B] the largest i that passes
     # The emitted token: bonus from P_{n+1} (tau = n), else the residual max(0, w_tau P_{tau+1} - Q_{tau+1}).
-    bonus = tau == num_draft
-    law = _normalised(p[rows, tau].double())  # [B, V] P_{tau+1} (the bonus slot when tau = n)
-    if K > 0:
-        stop = (~bonus).nonzero().squeeze(1)
+    law = p[rows, tau].double()  # [B, V] P_{tau+1} (the bonus slot when tau = n), unnormalised
+    law = law / _sums(law)[:, None]
+    stop = (tau < num_draft).nonzero().squeeze(1)
+    if stop.numel():
         t = tau[stop]
-        residual = (w[stop, t, None] * law[stop] - Q[stop, t.clamp(max=K - 1)]).clamp_min_(0)
+        q_t = (torch.zeros_like(law[stop]).scatter_(-1, d[stop, t][:, None], 1.0) if q is None
+               else q[stop, t].double() / q_sum[stop, t][:, None])
+        residual = (w[stop, t, None] * law[stop] - q_t).clamp_min_(0)
         empty = residual.sum(-1) <= 0
         law[stop] = torch.where(empty[:, None], law[stop], residual)
     x = inverse_cdf(law, draws.uniform(seeds, positions + tau, STREAM_EMIT))
     return tau, x
 
 
-def _normalised(x: torch.Tensor) -> torch.Tensor:
-    """Rows ``x [..., V]`` divided by their sums (rows without mass stay as they are)."""
-    s = x.sum(-1, keepdim=True)
-    return x / torch.where(s > 0, s, 1.0)
+def _excess(p, q, d, r, i, w_i, p_sum_i, q_sum_i) -> torch.Tensor:
+    """``[b]`` Z_i = sum_x max(0, w_i P_{i+1}(x) - Q_{i+1}(x)) for rows ``r`` (P_{i+1} = p[:, i] / sum)."""
+    P = p[r, i].double() * (w_i / p_sum_i)[:, None]  # [b, V] w_i P_{i+1}
+    if q is None:
+        P.scatter_add_(-1, d[r, i][:, None], -torch.ones_like(w_i)[:, None])
+    else:
+        P.sub_(q[r, i].double() / q_sum_i[:, None])
+    return P.clamp_min_(0).sum(-1)
+
+
+def _sums(x: torch.Tensor) -> torch.Tensor:
+    """Row totals ``x [..., V]`` in float64; 1 where a row has no mass (slots no rule reads)."""
+    s = x.sum(-1, dtype=torch.float64)
+    return torch.where(s > 0, s, 1.0)
 
 
 def _block_weights(ratio: torch.Tensor) -> torch.Tensor:

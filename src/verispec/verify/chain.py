@@ -466,17 +466,23 @@ def verify_argmax(
 
 
 def merge_rows(B: int, *parts: tuple[torch.Tensor, Verification], num_draft: torch.Tensor) -> Verification:
-    """Scatter per-subset chain results (row indices ``[n]``, Verification) back into one batch of
-    B rows; ``num_draft [B]`` is the whole batch's. Each row's outcome depends on that row alone
-    (draws are keyed by its seed and position), so verifying subsets apart changes nothing."""
+    """Scatter per-subset results (row indices ``[n]``, Verification) back into one batch of B rows;
+    ``num_draft [B]`` is the whole batch's. Each row's outcome depends on that row alone (draws are
+    keyed by its seed and position), so verifying subsets apart changes nothing. If any part is a
+    tree's (it has a ``path``), the merged result carries every row's accepted nodes as ``path``."""
     (_, first), K1 = parts[0], parts[0][1].tokens.shape[1]
     tokens = first.tokens.new_empty(B, K1)
     num_accepted = first.num_accepted.new_empty(B)
     for rows, v in parts:
         tokens[rows], num_accepted[rows] = v.tokens, v.num_accepted
+    path = None
+    if any(v.path is not None for _, v in parts):
+        path = first.num_accepted.new_full((B, K1 - 1), -1)
+        for rows, v in parts:
+            path[rows] = v.accepted_nodes()
     return Verification(tokens=tokens, num_accepted=num_accepted, num_emitted=num_accepted + 1,
                         accepted=torch.arange(K1 - 1, device=tokens.device) < num_accepted[:, None],
-                        num_draft=num_draft)
+                        num_draft=num_draft, path=path)
 
 
 def _verify_gumbel(

@@ -32,9 +32,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
 import importlib
+
+import numpy as np
+import torch
 
 from .. import sampling
 from ..draft import Draft
@@ -162,7 +163,8 @@ def _top(row: Sequence[float], k: int) -> int:
 # Draft trees
 
 
-def _draft_trees(case: TreeCase, m: _Models, ctx: Context, parents: tuple[int, ...]) -> list[tuple[tuple[int, ...], float]]:
+def _draft_trees(case: TreeCase, m: _Models, ctx: Context, parents: tuple[int, ...]
+                 ) -> list[tuple[tuple[int, ...], float]]:
     """Every token assignment of the tree's nodes the drafter can propose, with its probability."""
     N, V = len(parents), m.V
     trees: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
@@ -262,8 +264,6 @@ def _normal_or_zero(row: list[float]) -> list[float]:
 
 @functools.lru_cache(maxsize=100_000)
 def _gumbel_law_cached(p: tuple[float, ...]) -> tuple[float, ...]:
-    import numpy as np
-
     return tuple(gumbel_max_laws(np.array([p], dtype=np.float64))[0].tolist())
 
 
@@ -271,7 +271,8 @@ def _gumbel_law(p: list[float]) -> tuple[float, ...]:
     return _gumbel_law_cached(tuple(p))
 
 
-def _block_outcomes(P: list[list[float]], Q: list[list[float]], x: tuple[int, ...]) -> list[tuple[float, tuple, dict, tuple]]:
+def _block_outcomes(P: list[list[float]], Q: list[list[float]], x: tuple[int, ...]
+                    ) -> list[tuple[float, tuple, dict, tuple]]:
     """Every (tau, emitted token) of block verification on one chain: (weight, emitted, eta cells
     {i: (h_i, passes)}, (slot, cdf_lo, width))."""
     n, V = len(x), len(P[0])
@@ -463,7 +464,6 @@ def _tables(case: TreeCase, rows: _Rows, R: int, S: int, V: int, point: float, p
         gen = torch.Generator().manual_seed(4321 + probe)
         noise = -torch.log(-torch.log(torch.rand(R, S, V, generator=gen, dtype=torch.float64).clamp_min(1e-300)))
         for r, o in enumerate(rows.cells):
-            depth_of = _slot_depths(rows.parents[r])
             path_slot = _path_slots(rows.parents[r], rows.tokens[r], o)
             for depth, t in o.wanted.items():
                 p = rows.p[r][path_slot[depth]]
@@ -473,7 +473,6 @@ def _tables(case: TreeCase, rows: _Rows, R: int, S: int, V: int, point: float, p
                 noise[r, depth, t] = g
                 low = min(float(noise[r, depth, y]) for y in range(V) if p[y] > 0)
                 noise[r, depth] += max(0.0, min(40.0, -3.0 - low))  # keep G >= -3 (the search works with u)
-            del depth_of
         return uniforms, noise
     for r, o in enumerate(rows.cells):
         for (depth, rank), (a, accepted) in o.accept.items():
@@ -482,13 +481,6 @@ def _tables(case: TreeCase, rows: _Rows, R: int, S: int, V: int, point: float, p
             depth, lo, width = o.emit
             uniforms[STREAM_EMIT][r, depth] = lo + point * width
     return uniforms, noise
-
-
-def _slot_depths(parents: tuple[int, ...]) -> list[int]:
-    depth = [0]
-    for par in parents:
-        depth.append(1 + depth[par + 1])
-    return depth
 
 
 def _path_slots(parents: tuple[int, ...], toks: tuple[int, ...], o: _Outcome) -> dict[int, int]:

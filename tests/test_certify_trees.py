@@ -4,6 +4,7 @@ fails it through the law itself, and the full grid covers what the issue asks fo
 from __future__ import annotations
 
 import pytest
+import torch
 
 from verispec.certify import TREE_MODES, TREE_MUTANTS, TV_TOLERANCE, run_tree_mutants, tree_grid
 from verispec.certify.mutants import TREE
@@ -58,3 +59,18 @@ def test_a_one_sided_ladder_is_caught_in_without_replacement_too():
     """The same broken carry under children drawn without replacement (the other ladder)."""
     with TREE_MUTANTS[0].injected():
         assert not run_tree_case(TreeCase("without_replacement", 3, ("fan3", "broom"))).passed
+
+
+def test_low_precision_rows_are_read_normalised():
+    """The engine's p and q sum to 1 only within rounding; the tree walk reads them as p / sum(p).
+    A walk that takes them as stored is caught on bfloat16 rows (off by ~1e-3; float32's ~1e-7
+    moves a cell end by less than the probes see, as for chains: docs/design.md section 5)."""
+    assert run_tree_case(TreeCase("iid", 3, ("broom", "fork"), dtype="float32")).passed
+    case = TreeCase("iid", 3, ("broom", "fork"), dtype="bfloat16")
+    assert run_tree_case(case).passed
+    real = TREE.chain._sums
+    try:
+        TREE.chain._sums = lambda rows: torch.ones(rows.shape[0], dtype=torch.float64)  # no normalising
+        assert not run_tree_case(case).passed
+    finally:
+        TREE.chain._sums = real

@@ -250,19 +250,20 @@ def _tree_table(console: Console, results: list, quick: bool) -> int:
                         f"branching 3, one batch) and block verification: one pass of the shipped verify_draft / "
                         f"verify(method='block') from each context, then the target, vs the target's law "
                         f"(pass: TV <= {TV_TOLERANCE:g}, no probe or pathwise mismatch)")
-    for col in ("mode", "edge case", "V", "shapes / K", "cases", "rows", "max TV", "probes", "pathwise", "result"):
-        table.add_column(col, justify="left" if col in ("mode", "edge case", "shapes / K") else "right")
-    groups: dict[tuple[str, str], list] = {}
+    for col in ("mode", "edge case", "dtype", "V", "shapes / K", "cases", "rows", "max TV", "probes", "pathwise",
+                "result"):
+        table.add_column(col, justify="left" if col in ("mode", "edge case", "dtype", "shapes / K") else "right")
+    groups: dict[tuple[str, str, str], list] = {}
     for r in results:
-        groups.setdefault((r.case.mode, r.case.edge), []).append(r)
+        groups.setdefault((r.case.mode, r.case.edge, r.case.dtype.replace("float", "f")), []).append(r)
     failed = 0
-    for (mode, edge), rs in groups.items():
+    for (mode, edge, dtype), rs in groups.items():
         ok = all(r.passed for r in rs)
         failed += sum(not r.passed for r in rs)
         checked = [r.pathwise_mismatches for r in rs if r.pathwise_mismatches is not None]
         shapes = (f"K={_span(r.case.k for r in rs)}" if mode == "block" else
                   " ".join(sorted({s for r in rs for s in r.case.shapes})))
-        table.add_row(mode, edge, _span(r.case.vocab for r in rs), shapes, str(len(rs)), str(sum(r.rows for r in rs)),
+        table.add_row(mode, edge, dtype, _span(r.case.vocab for r in rs), shapes, str(len(rs)), str(sum(r.rows for r in rs)),
                       f"{max(r.tv for r in rs):.1e}", f"{sum(r.probe_mismatches for r in rs)} bad",
                       f"{sum(checked)} bad" if checked else "-", "[green]pass[/]" if ok else "[red]FAIL[/]")
     console.print(table)

@@ -78,6 +78,7 @@ class TreeCase:
     edge: str = "random"  # or "p==q" (the draft is the target: zero residuals everywhere)
     k: int = 3  # block: draft length
     seed: int = 0
+    dtype: str = "float64"  # of the logits, hence of p and q ("float32": the engine's)
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,12 @@ def tree_grid(quick: bool) -> list[TreeCase]:
             edges = ("random", "p==q") if mode in ("iid", "without_replacement") else ("random",)
             for edge in edges:
                 cases.append(TreeCase(mode, V, shapes, edge))
+    # float32 p and q, as the engine computes them, and bfloat16 (rows off by ~1e-3, where a walk that
+    # did not read them as p / sum(p) moves cell ends by more than the probes' DELTA)
+    for dtype in ("float32", "bfloat16"):
+        for mode in (("iid", "block") if quick else ("iid", "without_replacement", "point", "gumbel", "block")):
+            cases.append(TreeCase(mode, 3, ("broom", "fork", "chain3", "fan3") if mode != "block" else (), "random",
+                                  dtype=dtype))
     return cases
 
 
@@ -127,6 +134,7 @@ class _Models:
     draft: TableModel
     params: sampling.SamplingParams
     V: int
+    dtype: torch.dtype = torch.float64
 
 
 def _models(case: TreeCase) -> _Models:
@@ -135,18 +143,24 @@ def _models(case: TreeCase) -> _Models:
     draft = TableModel(V, s, "copy", base=target) if case.edge == "p==q" else TableModel(V, s + 1, "random",
                                                                                         sharpness=2.0)
     T = 0.0 if case.mode == "greedy" else 1.0
-    return _Models(target, draft, sampling.SamplingParams(temperature=T), V)
+    return _Models(target, draft, sampling.SamplingParams(temperature=T), V, getattr(torch, case.dtype))
 
 
 @functools.lru_cache(maxsize=200_000)
-def _shipped_row(table: TableModel, ctx: Context, params: sampling.SamplingParams) -> tuple[float, ...]:
-    """The row the engine computes: the shipped transform of log(table row), float64."""
-    logits = torch.log(torch.tensor([table(ctx)], dtype=torch.float64))
-    return tuple(sampling.logits_to_probs(logits, params)[0].tolist())
+def _shipped_row(table: TableModel, ctx: Context, params: sampling.SamplingParams,
+                 dtype: torch.dtype = torch.float64) -> tuple[float, ...]:
+    """The row the engine computes: the shipped transform of log(table row) in ``dtype`` (its values,
+    exactly, as float64)."""
+    logits = torch.log(torch.tensor([table(ctx)], dtype=torch.float64)).to(dtype)
+    return tuple(sampling.logits_to_probs(logits, params)[0].double().tolist())
 
 
 def _p_ref(m: _Models, ctx: Context) -> tuple[float, ...]:
-    return reference_probs(m.target(ctx), m.params.temperature)
+    """The target's law: the float64 reference transform, or for another dtype the shipped row in
+    that dtype read as p / sum(p) (what target-only sampling draws from)."""
+    if m.dtype == torch.float64:
+        return reference_probs(m.target(ctx), m.params.temperature)
+    return tuple(_normal(_shipped_row(m.target, ctx, m.params, m.dtype)))
 
 
 def _normal(row: Sequence[float]) -> list[float]:
@@ -175,7 +189,7 @@ def _draft_trees(case: TreeCase, m: _Models, ctx: Context, parents: tuple[int, .
             rank = sum(1 for j in range(i) if parents[j] == parents[i])
             earlier = [toks[j] for j in range(i) if parents[j] == parents[i]]
             if case.mode in ("iid", "without_replacement"):
-                q = _normal(_shipped_row(m.draft, here, m.params))
+                q = _normal(_shipped_row(m.draft, here, m.params, m.dtype))
                 free = 1.0 - math.fsum(q[t] for t in earlier) if case.mode == "without_replacement" else 1.0
                 for t in range(V):
                     if q[t] > 0 and not (case.mode == "without_replacement" and t in earlier):
@@ -365,10 +379,10 @@ def _tree_rows(case: TreeCase, m: _Models, prompts: Sequence[Context]) -> _Rows:
         parents = SHAPES[shape]
         for toks, wt in _draft_trees(case, m, ctx, parents):
             slots = [()] + [_path_tokens(parents, toks, i) for i in range(len(parents))]
-            P = [list(_shipped_row(m.target, ctx + s, m.params)) for s in slots]
+            P = [list(_shipped_row(m.target, ctx + s, m.params, m.dtype)) for s in slots]
             Q = None
             if case.mode in ("iid", "without_replacement"):
-                Q = [list(_shipped_row(m.draft, ctx + _path_tokens(parents, toks, par), m.params)) for par in parents]
+                Q = [list(_shipped_row(m.draft, ctx + _path_tokens(parents, toks, par), m.params, m.dtype)) for par in parents]
             for o in _tree_outcomes(case, [_normal(r) for r in P], None if Q is None else [_normal(r) for r in Q],
                                     parents, toks):
                 if o.weight <= 0:
@@ -385,10 +399,10 @@ def _block_rows(case: TreeCase, m: _Models, prompts: Sequence[Context]) -> _Rows
         chains: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
         for _ in range(n):
             chains = [(t + (x,), w * qx) for t, w in chains
-                      for x, qx in enumerate(_normal(_shipped_row(m.draft, ctx + t, m.params))) if qx > 0]
+                      for x, qx in enumerate(_normal(_shipped_row(m.draft, ctx + t, m.params, m.dtype))) if qx > 0]
         for toks, wt in chains:
-            P = [list(_shipped_row(m.target, ctx + toks[:i], m.params)) for i in range(n + 1)]
-            Q = [list(_shipped_row(m.draft, ctx + toks[:i], m.params)) for i in range(n)]
+            P = [list(_shipped_row(m.target, ctx + toks[:i], m.params, m.dtype)) for i in range(n + 1)]
+            Q = [list(_shipped_row(m.draft, ctx + toks[:i], m.params, m.dtype)) for i in range(n)]
             for w, emitted, eta, emit in _block_outcomes([_normal(r) for r in P], [_normal(r) for r in Q], toks):
                 rows.ctx.append(c), rows.parents.append(tuple(range(-1, n - 1))), rows.tokens.append(toks)
                 rows.p.append(P), rows.q.append(Q), rows.weight.append(wt * w)
@@ -400,16 +414,16 @@ def _run_rows(case: TreeCase, m: _Models, rows: _Rows, n_ctx: int) -> tuple[list
     R, V = len(rows.weight), m.V
     N = max(max((len(t) for t in rows.tokens), default=0), 1)
     S = N + 2  # draw columns: positions POS0 .. POS0 + N, and a junk one
-    P = torch.full((R, N + 1, V), 1.0 / V, dtype=torch.float64)
-    Q = torch.full((R, N, V), 1.0 / V, dtype=torch.float64)
+    P = torch.full((R, N + 1, V), 1.0 / V, dtype=m.dtype)
+    Q = torch.full((R, N, V), 1.0 / V, dtype=m.dtype)
     D = torch.zeros(R, N, dtype=torch.int64)
     par = torch.full((R, N), -1, dtype=torch.int64)
     n = torch.tensor([len(t) for t in rows.tokens], dtype=torch.int64)
     for r in range(R):
         k = len(rows.tokens[r])
-        P[r, : k + 1] = torch.tensor(rows.p[r], dtype=torch.float64)
+        P[r, : k + 1] = torch.tensor(rows.p[r], dtype=torch.float64).to(m.dtype)  # exact: values of m.dtype
         if rows.q[r] is not None and k:
-            Q[r, :k] = torch.tensor(rows.q[r], dtype=torch.float64)
+            Q[r, :k] = torch.tensor(rows.q[r], dtype=torch.float64).to(m.dtype)
         if k:
             D[r, :k] = torch.tensor(rows.tokens[r])
             par[r, :k] = torch.tensor(rows.parents[r])

@@ -60,7 +60,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("measurement")
     g.add_argument("--repeats", type=int, help="timed generations per prompt and config; each prompt's wall is "
                    "their median (default 3; --quick: 1)")
-    g.add_argument("--compare", choices=("hf",), help="also run HuggingFace generate (assisted / prompt lookup)")
+    g.add_argument("--compare", choices=("hf", "vllm"),
+                   help="also run HuggingFace generate (assisted / prompt lookup), or vLLM (plain, its n-gram K=3 "
+                        "and 5, its suffix decoding, and vLLM with verispec's proposer) in a vLLM environment")
+    g.add_argument("--vllm-python", metavar="PATH",
+                   help="with --compare vllm: the python of a vLLM environment with verispec installed "
+                        "(default $VERISPEC_VLLM_PYTHON, else .venv-vllm/bin/python, made by make test-vllm)")
     g.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     g.add_argument("--quick", action="store_true",
                    help="small preset: code workload, 3 prompts, 64 new tokens, K in {4, auto} (~1-2 min)")
@@ -210,6 +215,40 @@ def _loadavg() -> list[float] | None:
         return None
 
 
+def _vllm_setup(args: argparse.Namespace) -> dict | None:
+    """With ``--compare vllm``: the vLLM environment's python, its vLLM version and the model
+    directory vLLM loads (``ValueError`` naming the argument when they do not hold)."""
+    if getattr(args, "compare", None) != "vllm":
+        if getattr(args, "vllm_python", None):
+            raise ValueError("--vllm-python is for --compare vllm")
+        return None
+    from .vllm_compare import check_vllm_python, default_vllm_python, model_dir
+
+    if args.temperature != 0 or args.method != "exact":
+        raise ValueError("--compare vllm runs greedy decoding; leave --temperature at 0 and --method at exact")
+    python = args.vllm_python or default_vllm_python()
+    return {"python": python, "version": check_vllm_python(python), "model": model_dir(args.target)}
+
+
+def _run_vllm(vllm: dict, run, report: dict, opt: dict, args: argparse.Namespace, console: Console,
+              out: Path | None) -> dict:
+    """The same prompt tokens through vLLM's configs; printed, and returned for report.json."""
+    from .vllm_compare import analyse_vllm, print_vllm, run_vllm_compare
+
+    prompts = [{"id": p.id, "category": p.category, "token_ids": run.prompt_ids[p.id]} for p in run.prompts]
+    base = run.configs[0].key
+    verispec_tokens = {m.prompt_id: m.tokens for m in run.measurements if m.config == base and m.repeat == 0}
+    with console.status("vLLM ...") as status:
+        raw = run_vllm_compare(vllm["python"], vllm["model"], prompts, opt["max_new_tokens"], opt["repeats"],
+                               threads=args.threads, workdir=None if out is None else out / "vllm",
+                               on_config=lambda cfg, i, n: status.update(f"vLLM {cfg} ({i + 1}/{n}) ..."))
+    result = analyse_vllm(raw, verispec_tokens)
+    result.update(python=vllm["python"], version=vllm["version"], model=str(vllm["model"]))
+    mine = [r for r in report["configs"] if r["engine"] == "verispec"]
+    print_vllm(result, console, mine, vllm["version"])
+    return result
+
+
 def run_bench(args: argparse.Namespace) -> int:
     """Run ``verispec bench`` with parsed ``args``; returns the exit code (130 if interrupted)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -224,6 +263,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # logs and pipes: wide enough for the tables
         console = Console(width=200)
     opt = _resolve(args)
+    vllm = _vllm_setup(args)  # a bad --vllm-python fails before anything runs
     costs = None
     if getattr(args, "costs", None) is not None:
         from ..engine.costs import load_costs
@@ -298,6 +338,8 @@ def run_bench(args: argparse.Namespace) -> int:
                              for m in run.measurements if m.config == run.configs[0].key and m.repeat == 0},
     }
     print_report(report, console)
+    if vllm is not None:
+        report["vllm"] = _run_vllm(vllm, run, report, opt, args, console, out)
     if out is not None:
         paths = write_outputs(report, out)
         console.print(f"wrote {', '.join(str(p) for p in paths)}" + (" (partial)" if run.partial else ""))

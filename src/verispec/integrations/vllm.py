@@ -41,7 +41,8 @@ target's). Why not at start-up: the plug-in gets a ``VllmConfig`` at constructio
 model in ``load_model(model)``, before the KV cache exists; a vLLM model's attention runs only in
 the runner's forward context (attention metadata, slot mappings, KV cache), which the plug-in API
 does not give a proposer, so a proposer cannot time a pass before serving. ``$VERISPEC_VLLM_COSTS``
-(a verispec cost file, ``{"verify": {"1": s1, ...}}``, as ``--costs`` reads) pins a table instead.
+(a verispec cost file, ``{"verify": {"1": s1, ...}}``, as ``--costs`` reads) pins a table instead;
+``$VERISPEC_VLLM_STATS`` (a path) has the proposer write its counters and measured costs there.
 
 In a batch of B requests vLLM packs each row's drafts without padding: a pass feeds
 sum(1 + n_i) tokens. Each row is cut against the marginal curve c(B - 1 + w) / c(B) (the others at
@@ -54,6 +55,7 @@ what vLLM's own pins install; nothing of verispec's CLI, server or benchmark.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -69,7 +71,7 @@ from ..drafters.lookup import PromptLookupDrafter
 from ..engine.costs import REFERENCE_VERIFY_SLOPE, PassCosts, load_costs
 from ..engine.kpolicy import KRows
 
-__all__ = ["VerispecLookupProposer", "StepClock", "PROPOSER", "PARKED", "MIN_SAMPLES", "COSTS_ENV"]
+__all__ = ["VerispecLookupProposer", "StepClock", "PROPOSER", "PARKED", "MIN_SAMPLES", "COSTS_ENV", "STATS_ENV"]
 
 PROPOSER = "verispec.integrations.vllm.VerispecLookupProposer"  # the dotted path vLLM loads
 PARKED = 4096  # states of requests absent from the batch (finished or preempted) kept, oldest dropped first
@@ -77,6 +79,8 @@ MIN_SAMPLES = 3  # steps of a width before its median replaces the reference mod
 _WINDOW = 32  # most recent steps kept per width
 _PREFIX = 16  # leading tokens that identify a request's state (a reused id with other tokens starts afresh)
 COSTS_ENV = "VERISPEC_VLLM_COSTS"
+STATS_ENV = "VERISPEC_VLLM_STATS"  # a path: the proposer writes its counters and measured step costs there
+_STATS_EVERY = 16  # steps between writes
 
 
 class StepClock:
@@ -169,6 +173,7 @@ class VerispecLookupProposer:
         self.parked: OrderedDict[str, _State] = OrderedDict()
         self.stats = {"steps": 0, "drafted": 0, "rows": 0, "empty": 0, "found": 0, "explored": 0}
         self._runner = _find_runner()
+        self._stats_path = os.environ.get(STATS_ENV) or None
 
     # vLLM's CPU runner calls load_model(model) on every drafter; prompt lookup needs no model.
     def load_model(self, *args, **kwargs) -> None:
@@ -222,7 +227,18 @@ class VerispecLookupProposer:
         self.stats["rows"] += B
         self.stats["drafted"] += sum(map(len, drafts))
         self.stats["empty"] += sum(1 for r, d in zip(ready, drafts) if r and not d)
+        if self._stats_path and self.stats["steps"] % _STATS_EVERY == 0:
+            self.write_stats(self._stats_path)
         return drafts
+
+    def write_stats(self, path: str) -> None:
+        """Counters and the measured step costs as JSON (atomically), for logs and benchmarks."""
+        data = {"proposer": PROPOSER, "max_k": self.max_k, "pinned_costs": self.pinned is not None,
+                **self.stats, "step_seconds": self.clock.to_json()}
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
 
     def costs(self, rows: int) -> PassCosts:
         """The table a row of a batch of ``rows`` rows is cut against."""

@@ -103,7 +103,7 @@ def tree_grid(quick: bool) -> list[TreeCase]:
         for V in vocabs:
             if mode == "block":
                 for k in ((2, 3) if quick else (1, 2, 3)):
-                    for edge in ("random", "p==q"):
+                    for edge in ("random", "p==q", "point"):  # point: lookup-style drafts, q = one-hot
                         cases.append(TreeCase(mode, V, (), edge, k))
                 continue
             distinct = mode in ("without_replacement", "top_k", "greedy", "gumbel")  # children distinct: <= V of them
@@ -398,11 +398,15 @@ def _block_rows(case: TreeCase, m: _Models, prompts: Sequence[Context]) -> _Rows
         n = random.Random(f"block {case.seed} {ctx}").randrange(case.k + 1) if c else case.k  # ragged
         chains: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
         for _ in range(n):
+            if case.edge == "point":  # a deterministic candidate: the draft table's most likely token
+                chains = [(t + (_top(m.draft(ctx + t), 0),), w) for t, w in chains]
+                continue
             chains = [(t + (x,), w * qx) for t, w in chains
                       for x, qx in enumerate(_normal(_shipped_row(m.draft, ctx + t, m.params, m.dtype))) if qx > 0]
         for toks, wt in chains:
             P = [list(_shipped_row(m.target, ctx + toks[:i], m.params, m.dtype)) for i in range(n + 1)]
-            Q = [list(_shipped_row(m.draft, ctx + toks[:i], m.params, m.dtype)) for i in range(n)]
+            Q = ([[float(y == toks[i]) for y in range(m.V)] for i in range(n)] if case.edge == "point" else
+                 [list(_shipped_row(m.draft, ctx + toks[:i], m.params, m.dtype)) for i in range(n)])
             for w, emitted, eta, emit in _block_outcomes([_normal(r) for r in P], [_normal(r) for r in Q], toks):
                 rows.ctx.append(c), rows.parents.append(tuple(range(-1, n - 1))), rows.tokens.append(toks)
                 rows.p.append(P), rows.q.append(Q), rows.weight.append(wt * w)
@@ -435,7 +439,7 @@ def _run_rows(case: TreeCase, m: _Models, rows: _Rows, n_ctx: int) -> tuple[list
         draws = CellDraws(uniforms, noise)
         kw = dict(seeds=torch.arange(R), positions=torch.full((R,), POS0), draws=draws, validate=probe == "lo")
         if case.mode == "block":
-            out = verify_module.verify(P, Q, D, num_draft=n, method="block", **kw)
+            out = verify_module.verify(P, None if case.edge == "point" else Q, D, num_draft=n, method="block", **kw)
         else:
             mode = case.mode
             child_draw = {"iid": "iid", "without_replacement": "without_replacement"}.get(mode, "top_k")

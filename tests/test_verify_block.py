@@ -16,8 +16,8 @@ from verispec.rng import COUNTER, STREAM_BLOCK, STREAM_EMIT, Draws
 from verispec.verify import verify
 
 
-@pytest.mark.parametrize("V, k, edge", [(2, 3, "random"), (3, 3, "random"), (4, 2, "random"), (3, 3, "p==q"), (4, 3, "point"),
-                                        (4, 1, "random")])
+@pytest.mark.parametrize("V, k, edge", [(2, 3, "random"), (3, 3, "random"), (4, 2, "random"), (3, 3, "p==q"),
+                                        (4, 3, "point"), (4, 1, "random")])
 def test_block_verification_emits_the_target_law(V, k, edge):
     res = run_tree_case(TreeCase("block", V, (), edge, k))
     assert res.passed, res

@@ -119,7 +119,8 @@ def test_a_row_alone_and_in_a_ragged_batch_emits_the_same():
                        method=["exact", "gumbel"] * 6)
     for b in range(12):
         alone = verify_tree(p[b:b + 1], q[b:b + 1], tokens[b:b + 1], parents[b:b + 1], num_draft=num_draft[b:b + 1],
-                            seeds=seeds[b:b + 1], positions=positions[b:b + 1], method="exact" if b % 2 == 0 else "gumbel")
+                            seeds=seeds[b:b + 1], positions=positions[b:b + 1],
+                            method="exact" if b % 2 == 0 else "gumbel")
         assert emitted(alone)[0] == emitted(both)[b]
 
 

@@ -382,7 +382,8 @@ def _tree_rows(case: TreeCase, m: _Models, prompts: Sequence[Context]) -> _Rows:
             P = [list(_shipped_row(m.target, ctx + s, m.params, m.dtype)) for s in slots]
             Q = None
             if case.mode in ("iid", "without_replacement"):
-                Q = [list(_shipped_row(m.draft, ctx + _path_tokens(parents, toks, par), m.params, m.dtype)) for par in parents]
+                Q = [list(_shipped_row(m.draft, ctx + _path_tokens(parents, toks, par), m.params, m.dtype))
+                     for par in parents]
             for o in _tree_outcomes(case, [_normal(r) for r in P], None if Q is None else [_normal(r) for r in Q],
                                     parents, toks):
                 if o.weight <= 0:

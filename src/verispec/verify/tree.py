@@ -305,7 +305,8 @@ def _check_tree_shapes(p: object, q: object, d: object, parents: object) -> tupl
     if tuple(parents.shape) != (B, N):
         raise ValueError(f"parents must be [B, N] = [{B}, {N}] like draft_tokens, got {tuple(parents.shape)}")
     if parents.device != p.device:  # type: ignore[union-attr]
-        raise ValueError(f"parents is on {parents.device} but target_probs is on {p.device}")  # type: ignore[union-attr]
+        raise ValueError(f"parents is on {parents.device} but target_probs is on "  # type: ignore[union-attr]
+                         f"{p.device}")
     return B, N, p.shape[-1]  # type: ignore[union-attr]
 
 

@@ -311,3 +311,40 @@ def test_merge_rows_keeps_the_tree_paths():
     assert torch.equal(out.accepted_nodes()[tree_rows], by_tree.path)
     assert torch.equal(out.accepted_nodes()[chain_rows], by_argmax.accepted_nodes())
     assert torch.equal(out.tokens[tree_rows], by_tree.tokens)
+
+
+def test_every_tensor_the_tree_and_block_rules_build_is_on_the_inputs_device(monkeypatch):
+    """As for the chain (tests/test_verify.py): every torch factory verify/tree.py and verify/block.py
+    call gets a device, on calls with validation, q, ragged trees and every rule."""
+    import importlib
+    import types
+
+    missing = []
+
+    def checked(name):
+        real = getattr(torch, name)
+
+        def factory(*args, **kwargs):
+            if "device" not in kwargs:
+                missing.append(name)
+            return real(*args, **kwargs)
+        return factory
+
+    fake = types.SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if not n.startswith("__")})
+    for name in ("arange", "tensor", "as_tensor", "zeros", "ones", "full", "empty", "rand", "randint", "eye",
+                 "linspace"):
+        setattr(fake, name, checked(name))
+    for module in ("verispec.verify.tree", "verispec.verify.block"):
+        monkeypatch.setattr(importlib.import_module(module), "torch", fake)
+    gen, rnd = torch.Generator().manual_seed(2), random.Random(2)
+    p, q, tokens, parents, num_draft = random_trees(gen, rnd, 6, 5, 4, "without_replacement")
+    p[0] = torch.zeros_like(p[0]).scatter_(-1, p[0].argmax(-1, keepdim=True), 1.0)  # a greedy row
+    kw = dict(num_draft=num_draft, seeds=torch.arange(6), positions=torch.arange(6))
+    verify_tree(p, q, tokens, parents, child_draw="without_replacement", method=["exact"] * 4 + ["gumbel"] * 2, **kw)
+    verify_tree(p, None, tokens, parents, **kw)
+    chain_p = torch.softmax(torch.randn(6, 4, 4, generator=gen, dtype=torch.float64), -1)
+    chain_q = torch.softmax(torch.randn(6, 3, 4, generator=gen, dtype=torch.float64), -1)
+    d = torch.multinomial(chain_q.reshape(-1, 4), 1, generator=gen).reshape(6, 3)
+    verify(chain_p, chain_q, d, num_draft=torch.tensor([0, 1, 2, 3, 3, 2]), seeds=torch.arange(6), method="block")
+    verify(chain_p, None, d, seeds=torch.arange(6), method="block")
+    assert missing == [], f"torch factories called without device= in verify/tree.py or block.py: {missing}"

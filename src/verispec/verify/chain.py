@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from ..rng import COUNTER, STREAM_ACCEPT, STREAM_EMIT, Draws, inverse_cdf, random_seeds
-from ..sampling import METHODS, gumbel_rows
+from ..sampling import METHODS, gumbel_rows, split_rows
 from . import block as block_module
 
 __all__ = ["Verification", "verify", "verify_argmax", "merge_rows", "gumbel_argmax", "METHODS",
@@ -187,41 +187,33 @@ def _sampling_methods(method: object) -> object:
 
 def _verify_by_method(p, q, d, drafted, num_draft, seeds, positions, draws, greedy, gumbel, block) -> Verification:
     """Gumbel rows by the Gumbel rule, the others by :func:`_verify`; merged row by row."""
-    if bool(gumbel.all()):
-        return _verify_gumbel(p, d, drafted, num_draft, seeds, positions, draws)
-    if not bool(gumbel.any()):
-        return _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy, block)
-    g, e = gumbel.nonzero().squeeze(1), (~gumbel).nonzero().squeeze(1)
-    by_gumbel = _verify_gumbel(p[g], d[g], drafted[g], num_draft[g], seeds[g], positions[g], draws)
-    by_exact = _verify(p[e], None if q is None else q[e], d[e], drafted[e], num_draft[e], seeds[e], positions[e],
-                       draws, greedy[e], block[e])
-    return merge_rows(p.shape[0], (g, by_gumbel), (e, by_exact), num_draft=num_draft)
+    return split_rows(gumbel, lambda r: _verify_gumbel(*_rows(r, p, d, drafted, num_draft, seeds, positions), draws),
+                      lambda r: _verify(*_rows(r, p, q, d, drafted, num_draft, seeds, positions), draws,
+                                        *_rows(r, greedy, block)), _merge(num_draft))
 
 
 def _verify(p, q, d, drafted, num_draft, seeds, positions, draws, greedy, block) -> Verification:
     """Greedy rows on the fast path, the others by the exact or the block rule; merged row by row."""
-    if bool(greedy.all()):
-        return _verify_greedy(p, d, drafted, num_draft)
-    if not bool(greedy.any()):
-        return _verify_sampled(p, q, d, drafted, num_draft, seeds, positions, draws, block)
-    g, s = greedy.nonzero().squeeze(1), (~greedy).nonzero().squeeze(1)
-    fast = _verify_greedy(p[g], d[g], drafted[g], num_draft[g])
-    slow = _verify_sampled(p[s], None if q is None else q[s], d[s], drafted[s], num_draft[s], seeds[s], positions[s],
-                           draws, block[s])
-    return merge_rows(p.shape[0], (g, fast), (s, slow), num_draft=num_draft)
+    return split_rows(greedy, lambda r: _verify_greedy(*_rows(r, p, d, drafted, num_draft)),
+                      lambda r: _verify_sampled(*_rows(r, p, q, d, drafted, num_draft, seeds, positions), draws,
+                                                *_rows(r, block)), _merge(num_draft))
 
 
 def _verify_sampled(p, q, d, drafted, num_draft, seeds, positions, draws, block) -> Verification:
     """Block rows by block verification, the others by the exact (token by token) rule."""
-    if not bool(block.any()):
-        return _verify_exact(p, q, d, drafted, num_draft, seeds, positions, draws)
-    if bool(block.all()):
-        return _verify_block(p, q, d, num_draft, seeds, positions, draws)
-    b, e = block.nonzero().squeeze(1), (~block).nonzero().squeeze(1)
-    by_block = _verify_block(p[b], None if q is None else q[b], d[b], num_draft[b], seeds[b], positions[b], draws)
-    by_exact = _verify_exact(p[e], None if q is None else q[e], d[e], drafted[e], num_draft[e], seeds[e], positions[e],
-                             draws)
-    return merge_rows(p.shape[0], (b, by_block), (e, by_exact), num_draft=num_draft)
+    return split_rows(~block, lambda r: _verify_exact(*_rows(r, p, q, d, drafted, num_draft, seeds, positions),
+                                                      draws),
+                      lambda r: _verify_block(*_rows(r, p, q, d, num_draft, seeds, positions), draws), _merge(num_draft))
+
+
+def _rows(r: torch.Tensor | None, *x: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The rows ``r`` of each of ``x`` (all of them where ``r`` is None; None stays None: point-mass q)."""
+    return x if r is None else tuple(None if t is None else t[r] for t in x)
+
+
+def _merge(num_draft: torch.Tensor):
+    """:func:`merge_rows` for :func:`~verispec.sampling.split_rows`, with the whole batch's ``num_draft``."""
+    return lambda B, *parts: merge_rows(B, *parts, num_draft=num_draft)
 
 
 def _verify_block(p, q, d, num_draft, seeds, positions, draws) -> Verification:

@@ -240,18 +240,23 @@ def run_mutants(cases: Sequence[CertCase] | None = None, mutants: Sequence[Mutan
     for m in mutants:
         first = "gumbel" if m.name.startswith("gumbel") else "exact"
         order = sorted(cases, key=lambda c: (c.edge != m.first, c.method != first, c.vocab, c.k))
-        t0, caught, n = time.perf_counter(), None, 0
-        with m.injected():
-            for case in order:
-                n += 1
-                res = run_case(case)
-                if on_case:
-                    on_case()
-                if not res.passed:
-                    caught = res
-                    break
-        results.append(MutantResult(m, caught, n, time.perf_counter() - t0))
+        results.append(_hunt(m, order, run_case, on_case))
     return results
+
+
+def _hunt(m: Mutant, order: Sequence, run: Callable, on_case: Callable[[], None] | None) -> MutantResult:
+    """Run the cases in ``order`` with ``m`` injected until one fails (the mutant is caught)."""
+    t0, caught, n = time.perf_counter(), None, 0
+    with m.injected():
+        for case in order:
+            n += 1
+            res = run(case)
+            if on_case:
+                on_case()
+            if not res.passed:
+                caught = res
+                break
+    return MutantResult(m, caught, n, time.perf_counter() - t0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,15 +338,5 @@ def run_tree_mutants(cases=None, mutants: Sequence[Mutant] = TREE_MUTANTS,
     results = []
     for m in mutants:
         order = sorted(cases, key=lambda c: (c.mode != m.first, -c.vocab))
-        t0, caught, n = time.perf_counter(), None, 0
-        with m.injected():
-            for case in order:
-                n += 1
-                res = run_tree_case(case)
-                if on_case:
-                    on_case()
-                if not res.passed:
-                    caught = res
-                    break
-        results.append(MutantResult(m, caught, n, time.perf_counter() - t0))
+        results.append(_hunt(m, order, run_tree_case, on_case))
     return results

@@ -266,6 +266,24 @@ def reference_verify_tree(
     return out
 
 
+def block_weights(P: list[list[float]], Q: list[list[float]], x: Sequence[int]) -> tuple[list[float], list[float]]:
+    """Block verification's weights on one chain of drafts ``x`` (``P[i]``, ``Q[i]``: the target's and
+    the drafter's law at slot i, as lists): w_0 = 1, w_i = min(1, w_{i-1} P_i(X_i) / Q_i(X_i)), and
+    h_0 = 1, h_i = Z_i / (Z_i + 1 - w_i) with Z_i = sum_x max(0, w_i P_{i+1}(x) - Q_{i+1}(x)) (0 where
+    the denominator is 0), h_n = w_n."""
+    n, V = len(x), len(P[0])
+    w = [1.0]
+    for i in range(n):
+        w.append(min(1.0, w[-1] * P[i][x[i]] / Q[i][x[i]]))
+    h = [1.0]
+    for i in range(1, n):
+        Z = math.fsum(max(0.0, w[i] * P[i][y] - Q[i][y]) for y in range(V))
+        h.append(Z / (Z + 1 - w[i]) if Z + 1 - w[i] > 0 else 0.0)
+    if n:
+        h.append(w[n])
+    return w, h
+
+
 def reference_verify_block(
     target_probs: torch.Tensor,
     draft_probs: torch.Tensor | None,
@@ -290,15 +308,7 @@ def reference_verify_block(
         P = [_normalised_list(target_probs[b, i].double().tolist()) for i in range(n + 1)]  # P_1..P_{n+1}
         Q = [(_one_hot(x[i], V).tolist() if draft_probs is None else _normalised_list(draft_probs[b, i].double().tolist()))
              for i in range(n)]  # Q_1..Q_n
-        w = [1.0]
-        for i in range(n):
-            w.append(min(1.0, w[-1] * P[i][x[i]] / Q[i][x[i]]))
-        h = [1.0]
-        for i in range(1, n):
-            Z = math.fsum(max(0.0, w[i] * P[i][y] - Q[i][y]) for y in range(V))
-            h.append(Z / (Z + 1 - w[i]) if Z + 1 - w[i] > 0 else 0.0)
-        if n:
-            h.append(w[n])
+        w, h = block_weights(P, Q, x)
         tau = max(i for i in range(n + 1)
                   if i == 0 or float(draws.uniform(seed, torch.tensor([pos0]), STREAM_BLOCK + i)[0]) < h[i])
         if tau == n:

@@ -42,7 +42,8 @@ from ..draft import Draft
 from ..rng import STREAM_BLOCK, STREAM_EMIT, accept_stream
 from .cells import DELTA, POS0, PROBE_FLOOR, PROBES, CellDraws
 from .grid import TV_TOLERANCE
-from .reference import gumbel_max_laws, reference_probs, reference_verify_tree, residual_distribution, total_variation
+from .reference import (block_weights, gumbel_max_laws, reference_probs, reference_verify_tree, residual_distribution,
+                        total_variation)
 from .tables import Context, TableModel, target_distribution
 
 tree_module = importlib.import_module("verispec.verify.tree")  # the tree rules (mutants patch them here)
@@ -290,15 +291,7 @@ def _block_outcomes(P: list[list[float]], Q: list[list[float]], x: tuple[int, ..
     """Every (tau, emitted token) of block verification on one chain: (weight, emitted, eta cells
     {i: (h_i, passes)}, (slot, cdf_lo, width))."""
     n, V = len(x), len(P[0])
-    w = [1.0]
-    for i in range(n):
-        w.append(min(1.0, w[-1] * P[i][x[i]] / Q[i][x[i]]))
-    h = [1.0]
-    for i in range(1, n):
-        Z = math.fsum(max(0.0, w[i] * P[i][y] - Q[i][y]) for y in range(V))
-        h.append(Z / (Z + 1 - w[i]) if Z + 1 - w[i] > 0 else 0.0)
-    if n:
-        h.append(w[n])
+    w, h = block_weights(P, Q, x)
     out = []
     for tau in range(n + 1):
         pt = h[tau] * math.prod(1 - h[j] for j in range(tau + 1, n + 1))

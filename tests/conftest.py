@@ -56,3 +56,28 @@ def _kernels_file(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture()
+def torch_without_device():
+    """``(fake, missing)``: a stand-in for the torch module whose tensor factories record in
+    ``missing`` each call made without ``device=``. Patched into a module, it checks that every
+    tensor the module builds follows its inputs' device (no GPU here to catch a stray CPU tensor)."""
+    import types
+
+    missing: list[str] = []
+
+    def checked(name):
+        real = getattr(torch, name)
+
+        def factory(*args, **kwargs):
+            if "device" not in kwargs:
+                missing.append(name)
+            return real(*args, **kwargs)
+        return factory
+
+    fake = types.SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if not n.startswith("__")})
+    for name in ("arange", "tensor", "as_tensor", "zeros", "ones", "full", "empty", "rand", "randint", "eye",
+                 "linspace"):
+        setattr(fake, name, checked(name))
+    return fake, missing

@@ -543,27 +543,11 @@ def test_rows_off_by_the_tolerance_emit_the_normalised_target(dtype):
     assert got == pytest.approx(want, abs=1e-12), (got, want)
 
 
-def test_every_tensor_verify_builds_is_on_the_inputs_device(monkeypatch):
+def test_every_tensor_verify_builds_is_on_the_inputs_device(monkeypatch, torch_without_device):
     """Index tensors made without ``device=`` land on the CPU and break a GPU call (the check of
     draft_probs' rows built one); no GPU here, so every torch factory verify.py calls is checked for
     a device argument (or a device-carrying source), on a call with validation, q and every rule."""
-    import types
-
-    missing = []
-
-    def checked(name):
-        real = getattr(torch, name)
-
-        def factory(*args, **kwargs):
-            if "device" not in kwargs:
-                missing.append(name)
-            return real(*args, **kwargs)
-        return factory
-
-    fake = types.SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if not n.startswith("__")})
-    for name in ("arange", "tensor", "as_tensor", "zeros", "ones", "full", "empty", "rand", "randint", "eye",
-                 "linspace"):
-        setattr(fake, name, checked(name))
+    fake, missing = torch_without_device
     monkeypatch.setattr(V_MOD, "torch", fake)
     gen = torch.Generator().manual_seed(2)
     b = make_batch(gen, 6, 3, 5, drafts="q", ragged=True)

@@ -313,27 +313,12 @@ def test_merge_rows_keeps_the_tree_paths():
     assert torch.equal(out.tokens[tree_rows], by_tree.tokens)
 
 
-def test_every_tensor_the_tree_and_block_rules_build_is_on_the_inputs_device(monkeypatch):
+def test_every_tensor_the_tree_and_block_rules_build_is_on_the_inputs_device(monkeypatch, torch_without_device):
     """As for the chain (tests/test_verify.py): every torch factory verify/tree.py and verify/block.py
     call gets a device, on calls with validation, q, ragged trees and every rule."""
     import importlib
-    import types
 
-    missing = []
-
-    def checked(name):
-        real = getattr(torch, name)
-
-        def factory(*args, **kwargs):
-            if "device" not in kwargs:
-                missing.append(name)
-            return real(*args, **kwargs)
-        return factory
-
-    fake = types.SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if not n.startswith("__")})
-    for name in ("arange", "tensor", "as_tensor", "zeros", "ones", "full", "empty", "rand", "randint", "eye",
-                 "linspace"):
-        setattr(fake, name, checked(name))
+    fake, missing = torch_without_device
     for module in ("verispec.verify.tree", "verispec.verify.block"):
         monkeypatch.setattr(importlib.import_module(module), "torch", fake)
     gen, rnd = torch.Generator().manual_seed(2), random.Random(2)

@@ -46,6 +46,10 @@ class DraftAsk:
             token ``i + 1`` only for the rows where it returns True (the engine's draft-length
             policy). The answer depends on tokens up to i only, never on token i + 1, which is
             what keeps the draft length from biasing the output.
+        nodes: optional ``[B]`` int64, the most nodes a tree drafter may offer per row (a tree of
+            depth <= ``k_cap``; 0 or ``None``: chains only). Drafters that only draft chains ignore it.
+        block: optional ``[B]`` bool, rows verified by block verification: their sampled draws
+            must be keyed so that the next pass never meets them (docs/design.md section 9).
     """
 
     k: torch.Tensor
@@ -56,6 +60,8 @@ class DraftAsk:
     vocab_size: int
     dtype: torch.dtype
     more: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+    nodes: torch.Tensor | None = None
+    block: torch.Tensor | None = None
 
     @classmethod
     def of(cls, k: Sequence[int] | torch.Tensor, vocab_size: int, params: SamplingParams | None = None, *,

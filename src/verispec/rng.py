@@ -27,6 +27,8 @@ __all__ = [
     "STREAM_GUMBEL",
     "STREAM_SIBLING",
     "STREAM_BLOCK",
+    "STREAM_DRAFT_SIBLING",
+    "draft_stream",
     "accept_stream",
     "uniform",
     "sample",
@@ -50,6 +52,7 @@ STREAM_EMIT = 3  # residual / bonus sample, and target-only sampling
 STREAM_GUMBEL = 4  # per-token Gumbel noise for drafter-invariant decoding
 STREAM_SIBLING = 1 << 8  # + r: the accept test of a tree node's r-th child (r >= 1; r = 0 is STREAM_ACCEPT)
 STREAM_BLOCK = 1 << 16  # + i: block verification's eta_i, keyed by the pass's first position (verify.block)
+STREAM_DRAFT_SIBLING = 1 << 12  # + r: a tree drafter's draw of a node's r-th child (r >= 1; r = 0 is STREAM_DRAFT)
 
 
 def accept_stream(rank: int) -> int:
@@ -57,6 +60,12 @@ def accept_stream(rank: int) -> int:
     which is also a chain's draft): STREAM_ACCEPT for rank 0, so a chain written as a tree draws
     what the chain verifier draws."""
     return STREAM_ACCEPT if rank == 0 else STREAM_SIBLING + rank
+
+
+def draft_stream(rank: int) -> int:
+    """The stream of a tree drafter's draw of a node's child of sibling rank ``rank``: STREAM_DRAFT
+    for rank 0, so a tree's first children are drawn as a chain's drafts are."""
+    return STREAM_DRAFT if rank == 0 else STREAM_DRAFT_SIBLING + rank
 
 
 def _signed(x: int) -> int:

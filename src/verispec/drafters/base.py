@@ -90,6 +90,7 @@ class Drafter(Protocol):
     name: str
     reads_target_features: bool  # update()/add() get the target's final hidden states
     scores_drafts: bool  # Draft.accept_prob is filled in; may return up to ask.k_cap tokens
+    drafts_trees: bool  # may answer a DraftAsk with ``nodes`` by a tree (otherwise always a chain)
 
     def bind(self, target: CausalLM) -> None:
         """Check compatibility with the target (tokenizer, vocabulary) before any generation."""
@@ -122,6 +123,7 @@ class DrafterBase:
     name: str = "drafter"
     reads_target_features: ClassVar[bool] = False
     scores_drafts: ClassVar[bool] = False
+    drafts_trees: ClassVar[bool] = False
 
     def bind(self, target: CausalLM) -> None:
         pass

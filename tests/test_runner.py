@@ -170,3 +170,26 @@ def test_joined_rows_sit_in_the_newest_columns_and_the_oldest_leave_with_their_r
     got = r.forward(torch.tensor([[17]]))[0]
     torch.testing.assert_close(got, chain_logits(model, young, [17]), rtol=0, atol=1e-12)
     assert layer._kbuf.data_ptr() == buf
+
+
+def test_a_tree_grown_a_depth_per_call_gives_every_node_the_logits_of_its_own_chain(tiny_target) -> None:
+    """``visible``: depth 2 fed after depth 1 is cached; each node sees its own ancestors only (a
+    tree drafter grows its tree this way). Without the mask a node would see its parent's siblings."""
+    model = tiny_target.model
+    context = [5, 6, 7, 8]
+    r = KVRunner(model, 1)
+    r.forward(torch.tensor([context]))
+    L = r.col_pos.shape[1]
+    depth1 = torch.tensor([[7, 8, 9]])  # three children of the root
+    r.forward(depth1, parents=torch.full_like(depth1, -1), visible=torch.ones(1, 3, L, dtype=torch.bool))
+    depth2 = torch.tensor([[10, 11, 12]])  # under depth-1 nodes 0, 0 and 2
+    under = [0, 0, 2]
+    visible = torch.ones(1, 3, L + 3, dtype=torch.bool)
+    visible[0, :, L:] = False
+    for t, p in enumerate(under):
+        visible[0, t, L + p] = True
+    got = r.forward(depth2, parents=torch.full_like(depth2, -1), visible=visible)[0]
+    for t, p in enumerate(under):
+        want = chain_logits(model, context, [int(depth1[0, p]), int(depth2[0, t])])[-1]
+        torch.testing.assert_close(got[t], want, rtol=0, atol=1e-12)
+    assert r.col_pos[0, L + 3:].tolist() == [len(context) + 1] * 3  # depth 2's position

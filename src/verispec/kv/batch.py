@@ -65,8 +65,8 @@ class KVRunner:
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, live: torch.Tensor | None = None, logits_to_keep: int = 0,
-                *, parents: torch.Tensor | None = None, return_hidden: bool = False, **model_kwargs
-                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                *, parents: torch.Tensor | None = None, visible: torch.Tensor | None = None,
+                return_hidden: bool = False, **model_kwargs) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Append ``tokens [B, T]`` to every row and return logits ``[B, T', V]``.
 
         Args:
@@ -80,6 +80,10 @@ class KVRunner:
                 then sits at position ``length + depth(t) - 1`` and attends to the context and
                 its ancestors only. ``None`` is a chain (the common case; no mask is built for
                 it). Not combined with ``live``.
+            visible: ``[B, T, L]`` bool over the L columns already cached: which of them each new
+                column may see, on top of the usual rule (real, not after it). A tree drafter grows
+                its tree a depth per call: the columns of earlier depths are cached, and each new
+                node must see its own ancestors among them only.
             return_hidden: also return the final hidden states ``[B, T, H]`` (what the output
                 head reads), as ``(logits, hidden)``. Models may define ``forward_hidden``
                 (see :mod:`verispec.drafters.eagle_head`); HF models run ``base_model`` then the head.
@@ -99,8 +103,8 @@ class KVRunner:
         new_pos = torch.where(live, positions, -1)
         col_pos = torch.cat([self.col_pos, new_pos], dim=1)  # [B, L+T]
         mask = None
-        if tree is not None or not bool((col_pos >= 0).all()):
-            mask = self._mask(col_pos, T, tree)
+        if tree is not None or visible is not None or not bool((col_pos >= 0).all()):
+            mask = self._mask(col_pos, T, tree, visible)
         kw = dict(attention_mask=mask, position_ids=positions, cache=self.cache, use_cache=True, **model_kwargs)
         forward_hidden = getattr(self.model, "forward_hidden", None)
         if forward_hidden is not None:
@@ -116,9 +120,11 @@ class KVRunner:
         self.lengths = self.lengths + (live.sum(1) if tree is None else offsets.amax(1) + 1)
         return result
 
-    def _mask(self, col_pos: torch.Tensor, T: int, tree: torch.Tensor | None = None) -> torch.Tensor:
+    def _mask(self, col_pos: torch.Tensor, T: int, tree: torch.Tensor | None = None,
+              visible: torch.Tensor | None = None) -> torch.Tensor:
         """Additive 4D mask ``[B, 1, T, L+T]``: real, causal (by column) columns of the row, plus
-        self; among the T new columns, only ancestors when ``tree [B, T, T]`` is given."""
+        self; among the T new columns, only ancestors when ``tree [B, T, T]`` is given; among the L
+        cached ones, only those ``visible [B, T, L]`` allows when given."""
         L_total = col_pos.shape[1]
         L = L_total - T
         cols = torch.arange(L_total, device=col_pos.device)
@@ -127,6 +133,8 @@ class KVRunner:
         allowed = (col_pos[:, None, :] >= 0) & causal[None]  # [B, T, L+T]
         if tree is not None:
             allowed[:, :, L:] &= tree
+        if visible is not None:
+            allowed[:, :, :L] &= visible.to(allowed.device)
         allowed |= cols[None, None, :] == q_cols[None, :, None]  # a query always sees itself
         dtype = self.model.dtype
         mask = torch.zeros(allowed.shape, dtype=dtype, device=col_pos.device)

@@ -76,7 +76,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="pin the pass-cost table every row of --k auto weighs: JSON {\"verify\": {\"1\": v1, "
                         "\"2\": v2, ...}, \"draft_step\": c} (default: measured for greedy and gumbel, a fixed "
                         "reference model for sampled exact rows)")
-    g.add_argument("--method", default="exact", choices=["exact", "gumbel"])
+    g.add_argument("--method", default="exact", choices=["exact", "gumbel", "block"],
+                   help="verification: 'exact' (token by token, default), 'gumbel' (the text does not depend on "
+                        "the drafter) or 'block' (block verification of the draft chain: as exact, at least as "
+                        "many tokens per pass in expectation with a model drafter's sampled drafts; greedy at "
+                        "--temperature 0)")
     _add_sampling_arguments(g)
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")

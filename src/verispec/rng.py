@@ -52,6 +52,27 @@ STREAM_EMIT = 3  # residual / bonus sample, and target-only sampling
 STREAM_GUMBEL = 4  # per-token Gumbel noise for drafter-invariant decoding
 STREAM_SIBLING = 1 << 8  # + r: the accept test of a tree node's r-th child (r >= 1; r = 0 is STREAM_ACCEPT)
 STREAM_BLOCK = 1 << 16  # + i: block verification's eta_i, keyed by the pass's first position (verify.block)
+STREAM_BLOCK_DRAFT = 5  # the drafter's sample at a draft slot of a block-verified row (block_draft_counter)
+
+#: Draft slots per pass that :func:`block_draft_counter` keys apart (slot offsets 0 .. 2**16 - 1).
+BLOCK_DRAFT_SLOTS = 1 << 16
+
+
+def block_draft_counter(starts: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The counter that keys the drafter's draw for a block-verified row (with ``STREAM_BLOCK_DRAFT``):
+    ``start * 2**16 + (position - start)`` for a draft token at absolute ``position`` of the pass
+    whose first draft slot sits at ``start`` (broadcast int64 tensors).
+
+    Block verification's outcome depends on every draft of the pass, past the kept prefix too, so
+    the next pass must never meet those draws again (docs/design.md section 9). The map
+    (start, offset) -> counter is one-to-one for offsets in [0, 2**16) and starts below 2**47, and a
+    row's pass starts strictly increase, so every pass of a row draws fresh uniforms. Raises
+    ``ValueError`` for an offset outside that range.
+    """
+    offset = positions - starts
+    if bool(((offset < 0) | (offset >= BLOCK_DRAFT_SLOTS)).any()):
+        raise ValueError(f"positions must lie in [start, start + {BLOCK_DRAFT_SLOTS}) of their pass's start")
+    return starts * BLOCK_DRAFT_SLOTS + offset
 STREAM_DRAFT_SIBLING = 1 << 12  # + r: a tree drafter's draw of a node's r-th child (r >= 1; r = 0 is STREAM_DRAFT)
 
 

@@ -84,7 +84,8 @@ def analyse(run: BenchRun) -> dict:
     # Predictions read a monotone fit (weighted by the passes measured at each width; >= 1).
     v_used = monotone_costs(v_ratio, {w: len(widths[w]) for w in v_ratio}) if v_ratio else {}
 
-    greedy_check = run.settings.sampling.greedy or run.settings.method == "gumbel"
+    methods = list(run.settings.methods) or [run.settings.method]
+    greedy_check = run.settings.sampling.greedy or all(m == "gumbel" for m in methods)
     hf_check = run.settings.sampling.greedy
     configs = []
     for cfg in run.configs:

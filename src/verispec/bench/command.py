@@ -45,8 +45,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--skip-bad", action="store_true", help="skip malformed lines of --prompts with a warning")
     g.add_argument("--limit", type=int, metavar="N", help="use the first N prompts of each category")
     g = parser.add_argument_group("decoding")
-    g.add_argument("--k", help="draft lengths to sweep: ints, 'heuristic', 'auto' (default 1,2,4,6,8,auto)")
-    g.add_argument("--method", choices=("exact", "gumbel"), default="exact", help="verification method")
+    g.add_argument("--k", help="draft lengths to sweep: ints, 'heuristic', 'auto', 'tree' (auto with draft trees; default 1,2,4,6,8,auto)")
+    g.add_argument("--method", default="exact",
+                   help="verification method: exact (default), gumbel or block; comma-separated to sweep them in "
+                        "one run (e.g. exact,block: each drafter x K once per method, labelled DRAFTER/METHOD)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
@@ -78,13 +80,13 @@ def _parse_ks(text: str) -> list[int | str]:
         part = part.strip()
         if not part:
             continue
-        if part in ("auto", "heuristic"):
+        if part in ("auto", "tree", "heuristic"):
             k: int | str = part
         else:
             try:
                 k = int(part)
             except ValueError:
-                raise ValueError(f"--k: {part!r} is not an int, 'heuristic' or 'auto'") from None
+                raise ValueError(f"--k: {part!r} is not an int, 'heuristic', 'auto' or 'tree'") from None
             if not 1 <= k <= 64:
                 raise ValueError(f"--k: {k} is outside [1, 64]")
         if k not in ks:
@@ -92,6 +94,17 @@ def _parse_ks(text: str) -> list[int | str]:
     if not ks:
         raise ValueError("--k is empty")
     return ks
+
+
+def _parse_methods(text: str) -> list[str]:
+    """``--method``: one verification method or a comma-separated sweep of them."""
+    from ..verify import VERIFY_METHODS
+
+    methods = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    bad = [m for m in methods if m not in VERIFY_METHODS]
+    if not methods or bad:
+        raise ValueError(f"--method: each must be one of {', '.join(VERIFY_METHODS)}, got {text!r}")
+    return methods
 
 
 def _resolve(args: argparse.Namespace) -> dict:
@@ -110,6 +123,7 @@ def _resolve(args: argparse.Namespace) -> dict:
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     opt["ks"] = _parse_ks(opt["k"])
+    opt["methods"] = _parse_methods(args.method)
     opt["sampling"] = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                      min_p=args.min_p, seed=args.seed)
     return opt
@@ -288,7 +302,8 @@ def run_bench(args: argparse.Namespace) -> int:
     with console.status("measuring pass costs ..."):
         pass_costs = pass_cost_table(target, drafters, _machine()["cpu"])
     settings = BenchSettings(max_new_tokens=opt["max_new_tokens"], sampling=opt["sampling"], ks=opt["ks"],
-                             repeats=opt["repeats"], seed=args.seed, method=args.method,
+                             repeats=opt["repeats"], seed=args.seed, method=opt["methods"][0],
+                             methods=tuple(opt["methods"]),
                              compare_hf=args.compare == "hf", costs=costs)
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -320,7 +335,8 @@ def run_bench(args: argparse.Namespace) -> int:
             "target": args.target, "drafters": [d.label for d in drafters], "workload": workload,
             "prompts_file": args.prompts, "split": args.split or None, "limit": opt["limit"], "quick": args.quick,
             "max_new_tokens": opt["max_new_tokens"], "ks": opt["ks"], "repeats": opt["repeats"],
-            "seed": args.seed, "method": args.method, "compare": args.compare,
+            "seed": args.seed, "method": opt["methods"][0] if len(opt["methods"]) == 1 else opt["methods"],
+            "compare": args.compare,
             "sampling": {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p},
             "sampling_desc": "greedy" if s.greedy else f"T={s.temperature:g}"
             + (f" top-k {s.top_k}" if s.top_k else "") + (f" top-p {s.top_p:g}" if s.top_p < 1 else "")

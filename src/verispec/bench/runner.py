@@ -55,6 +55,7 @@ class BenchSettings:
     repeats: int = 1
     seed: int = 0
     method: str = "exact"
+    methods: Sequence[str] = ()  # a sweep: each drafter x K once per method, labelled "drafter/method"; () = (method,)
     compare_hf: bool = False
     warmup_tokens: int = 8
     remeasure_baseline: bool = True
@@ -118,14 +119,18 @@ def build_configs(target: CausalLM, drafters: Sequence[DrafterSpec], settings: B
                   notes: list[str]) -> list[BenchConfig]:
     """Baseline first, then verispec drafter x K, then the HF equivalents (if compare_hf)."""
     configs = [BenchConfig("target-only", "verispec", None, None, SpeculativeDecoder(target, None, method=settings.method))]
+    methods = list(settings.methods) or [settings.method]
     for d in drafters:
-        for k in settings.ks:
-            configs.append(BenchConfig(f"{d.label} k={k}", "verispec", d.label, k,
-                                       SpeculativeDecoder(target, d.drafter, k=k, method=settings.method,
-                                                          costs=settings.costs)))
+        for method in methods:
+            label = d.label if len(methods) == 1 else f"{d.label}/{method}"
+            for k in settings.ks:
+                configs.append(BenchConfig(f"{label} k={k}", "verispec", label, k,
+                                           SpeculativeDecoder(target, d.drafter, k=k, method=method,
+                                                              costs=settings.costs)))
     if settings.compare_hf:
-        if settings.method != "exact":
-            notes.append(f"--compare hf: HF has no {settings.method!r} method; it samples its own way")
+        for method in methods:
+            if method != "exact":
+                notes.append(f"--compare hf: HF has no {method!r} method; it samples its own way")
         configs.append(BenchConfig("hf target-only", "hf", None, None, hf=HFSetting("none", 0)))
         for d in drafters:
             if d.kind == "hybrid":

@@ -87,6 +87,11 @@ class BatchState:
         names = [r.method for r in self.rows]
         return names[0] if len(set(names)) == 1 else names
 
+    def block_rows(self) -> torch.Tensor:
+        """``[B]`` bool: the rows verified by block verification (``method="block"``), whose
+        drafter draws are keyed by the pass (:mod:`verispec.drafters.drawing`)."""
+        return torch.tensor([r.method == "block" for r in self.rows], dtype=torch.bool)
+
     def keep(self, index: list[int]) -> None:
         """Keep the rows ``index`` (the engine's own tensors; the runner and drafter separately)."""
         rows = torch.tensor(index, dtype=torch.int64)

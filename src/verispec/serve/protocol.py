@@ -8,7 +8,7 @@ ways verispec does not implement (``logprobs``, ``echo``, ``best_of`` > 1, ``n``
 tools) are refused.
 
 verispec's own fields ride in the body beside OpenAI's (``extra_body`` in the official client):
-``top_k``, ``min_p``, ``method`` (``"exact"`` | ``"gumbel"``) and ``draft`` (``"none"`` turns
+``top_k``, ``min_p``, ``method`` (``"exact"`` | ``"gumbel"`` | ``"block"``) and ``draft`` (``"none"`` turns
 speculation off for this request; the server's drafter name or ``"default"`` keeps it on).
 """
 
@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..sampling import METHODS, SamplingParams
+from ..sampling import SamplingParams
+from ..verify import VERIFY_METHODS
 
 __all__ = ["APIError", "CompletionSpec", "parse_request", "error_body", "finish_reason", "completion_body",
            "chat_body", "completion_chunk", "chat_chunk", "usage_body", "MAX_STOP"]
@@ -170,8 +171,8 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer, vocab_si
         raise _bad(f"'stop' takes at most {MAX_STOP} strings, got {len(stop)}", "stop")
 
     method = body.get("method", "exact")
-    if method not in METHODS:
-        raise _bad(f"'method' must be one of {list(METHODS)}, got {method!r}", "method")
+    if method not in VERIFY_METHODS:
+        raise _bad(f"'method' must be one of {list(VERIFY_METHODS)}, got {method!r}", "method")
     draft = body.get("draft", "default")
     if draft not in ("none", "default", drafter_name):
         raise _bad(f"'draft' must be 'none' (no speculation for this request), 'default' or "

@@ -64,10 +64,16 @@ def verify_draft(target_probs: torch.Tensor, draft: Draft, **kwargs) -> Verifica
     Chains go to :func:`verispec.verify.verify` (``kwargs`` as there, ``method="block"`` included);
     other trees to :func:`verify_tree` with the draft's ``child_draw``. ``top_k`` drafts are
     deterministic candidates and are verified as point masses whatever ``probs`` holds.
+
+    Block verification reads chains only: in a draft that is not a chain, rows named ``"block"``
+    are verified by the exact tree rule, token by token (exact whatever their draws' keys: their
+    outcome then depends on the nodes up to the first rejection only).
     """
     q = None if draft.child_draw == "top_k" else draft.probs
     if draft.is_chain:
         return chain.verify(target_probs, q, draft.tokens, num_draft=draft.num_draft, **kwargs)
+    if "method" in kwargs:
+        kwargs["method"] = chain._sampling_methods(kwargs["method"])  # "block" -> "exact"
     return verify_tree(target_probs, q, draft.tokens, draft.parent_index(), num_draft=draft.num_draft,
                        child_draw=draft.child_draw, **kwargs)
 

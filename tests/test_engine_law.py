@@ -199,6 +199,8 @@ CASES = [
     ("ngram", "auto", T1),
     ("model", "auto", T1),
     ("hybrid", 3, FILTERED),
+    ("eagle", "tree", T1),  # draft trees: children drawn without replacement, cut by the policy
+    ("eagle-vmap", "tree", FILTERED),
 ]
 
 
@@ -216,6 +218,8 @@ def test_whole_generations_follow_the_target_law(target, draft_lm, prompt_ids, l
         assert st.rejected > 100 and len(st.slot_accepted) > deep and st.slot_accepted[deep] > 20, st.slot_accepted
         if k == "auto":
             assert len(set(st.k_history)) > 1 or len(st.draft_lengths) > 2
+        if k == "tree":  # trees were verified: passes wider than any path (N_NEW = 7 tokens per row)
+            assert max(st.verify_width_seconds) > N_NEW + 1, st.verify_width_seconds.keys()
 
 
 def _accept_every_draft(real: Callable) -> Callable:
@@ -283,3 +287,23 @@ def test_the_law_test_rejects_a_policy_that_cuts_a_draft_by_its_own_probability(
     samples, _ = generate(target, make_drafter("model", target, draft_lm), 4, T1, prompt_ids, 11, monkeypatch)
     pvalue = g_test(samples, laws[T1])
     assert pvalue < 1e-8, pvalue  # measured: 1.7e-31
+
+
+def test_the_law_test_rejects_tree_children_verified_as_if_drawn_independently(target, draft_lm, prompt_ids, laws,
+                                                                               monkeypatch):
+    """Power for trees: children drawn without replacement but verified by the i.i.d. rule (the
+    residual carried, q not renormalised) bias the output."""
+    from verispec.drafters import tree_growth
+
+    real = tree_growth._keep_best
+
+    def as_iid(*args, **kw):
+        d = real(*args, **kw)
+        if d.child_draw == "without_replacement":
+            d.child_draw = "iid"
+        return d
+
+    monkeypatch.setattr(tree_growth, "_keep_best", as_iid)
+    samples, _ = generate(target, make_drafter("eagle", target, draft_lm), "tree", T1, prompt_ids, 13, monkeypatch)
+    pvalue = g_test(samples, laws[T1])
+    assert pvalue < ALPHA, pvalue  # measured: 8.7e-7 (a subtler bias than the chain mutants')

@@ -9,6 +9,7 @@ from ..models import CausalLM
 from ..kv import KVRunner, left_pad, prefill
 from .base import Draft, DraftAsk, DrafterBase
 from .drawing import draft_chain
+from .tree_growth import draft_tree
 
 __all__ = ["EagleDrafter"]
 
@@ -25,12 +26,18 @@ class EagleDrafter(DrafterBase):
 
     reads_target_features = True
 
-    def __init__(self, files: EagleFiles, name: str = "eagle", *, weights: str = "auto") -> None:
+    drafts_trees = True  # a DraftAsk with ``nodes`` gets a tree (EAGLE-2's dynamic tree)
+
+    def __init__(self, files: EagleFiles, name: str = "eagle", *, weights: str = "auto", tree_width: int = 4) -> None:
         """``weights``: what each draft step reads, ``"auto"`` (a rule on the CPU's flags),
         ``"fp32"`` / ``"fp16"`` / ``"int8"``, or ``"measured"`` (timed) (see
-        :func:`verispec.drafters.eagle_head.bind_eagle`)."""
+        :func:`verispec.drafters.eagle_head.bind_eagle`). ``tree_width``: children per node and
+        nodes expanded per depth when the engine asks for trees (:mod:`.tree_growth`)."""
         if weights not in DRAFT_WEIGHTS:
             raise ValueError(f"weights must be one of {DRAFT_WEIGHTS}, got {weights!r}")
+        if isinstance(tree_width, bool) or not isinstance(tree_width, int) or not 1 <= tree_width <= 16:
+            raise ValueError(f"tree_width must be an int in [1, 16], got {tree_width!r}")
+        self.tree_width = tree_width
         self.files = files
         self.name = name
         self.weights = weights
@@ -90,6 +97,8 @@ class EagleDrafter(DrafterBase):
             return Draft(torch.zeros(B, 0, dtype=torch.int64), None, torch.zeros(B, dtype=torch.int64))
         logits, f_last = self._feed_pending()  # [B, V_d], [B, 1, H]
         positions = torch.tensor(self.lengths, dtype=torch.int64, device=model.device)  # slot 0's position
+        if ask.nodes is not None and bool((ask.nodes > 0).any()):
+            return draft_tree(logits, self._expand(f_last), ask, self.vocab_map, positions, width=self.tree_width)[0]
         feature = {"f": f_last}
 
         def step(d: torch.Tensor) -> torch.Tensor:  # the pair (f^, d): the head's own feature beside its draft
@@ -98,6 +107,42 @@ class EagleDrafter(DrafterBase):
             return out[:, -1]
 
         return draft_chain(logits, step, ask, self.vocab_map, positions)[0]
+
+    def _expand(self, f_root: torch.Tensor):
+        """The tree grower's ``expand``: feed a depth's new nodes, return the head's logits after each.
+
+        Node i's pair is (the head's predicted feature at i's parent, token i); it sits at the
+        position of its depth and sees the real context and its ancestors' columns only (the
+        columns of earlier depths stay cached: ``KVRunner.forward(visible=)``). They are rolled
+        back at :meth:`update`, as a chain's are."""
+        B, H = f_root.shape[0], f_root.shape[-1]
+        start = self.runner.col_pos.shape[1]  # the first speculative column
+        grown = {"feat": f_root[:, :0], "vis": torch.zeros(B, 0, 0, dtype=torch.bool), "col": []}
+
+        def expand(tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+            device = self.runner.col_pos.device
+            L = self.runner.col_pos.shape[1]
+            f = torch.cat([f_root, grown["feat"]], 1)  # [B, 1 + n, H]: slot 0 the root
+            inputs = f.gather(1, (parents + 1)[..., None].expand(-1, -1, H))  # [B, m, H]
+            vis = grown["vis"]  # [B, n, S]: each node's ancestors' columns, among the speculative ones
+            S, n = L - start, vis.shape[1]
+            col = torch.tensor(grown["col"], dtype=torch.int64).view(1, -1).expand(B, -1)  # [B, n]
+            par = parents.cpu().clamp_min(0)
+            spec = torch.zeros(B, tokens.shape[1], S, dtype=torch.bool)
+            if n:
+                spec = torch.where((parents.cpu() >= 0)[..., None], vis[torch.arange(B)[:, None], par, :S], spec)
+                own = torch.nn.functional.one_hot(col.gather(1, par) - start, S).bool()  # the parent's column
+                spec |= own & (parents.cpu() >= 0)[..., None]
+            visible = torch.cat([torch.ones(B, tokens.shape[1], start, dtype=torch.bool), spec], -1).to(device)
+            logits, hidden = self.runner.forward(tokens, parents=torch.full_like(tokens, -1), visible=visible,
+                                                 return_hidden=True, features=inputs)
+            m = tokens.shape[1]
+            grown["vis"] = torch.cat([torch.nn.functional.pad(vis, (0, m)), torch.nn.functional.pad(spec, (0, m))], 1)
+            grown["feat"] = torch.cat([grown["feat"], hidden], 1)
+            grown["col"] += list(range(L, L + m))
+            return logits
+
+        return expand
 
     def _feed_pending(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending real pairs (ragged: left-padded); the logits ``[B, V_d]`` and the

@@ -22,9 +22,9 @@ from ..models import CausalLM, load_causal_lm
 from ..rng import random_seeds
 from ..kv import KVRunner, prefill
 from ..sampling import RowParams, SamplingParams
-from ..verify import METHODS
+from ..verify import VERIFY_METHODS
 from .costs import CostTables, PassCosts, load_costs, measure_pass_costs, reference_costs
-from .kpolicy import KPolicy, KRows, check_k
+from .kpolicy import ADAPTIVE, KPolicy, KRows, check_k
 from .requests import Completion, Request, RequestOutput, int64_seeds, int_list
 from .state import BatchState, Row
 from .stats import GenerationResult, GenerationStats
@@ -50,8 +50,11 @@ class SpeculativeDecoder:
             seed, so "auto" decides a sampled "exact" row's draft lengths from the request's own
             history and a cost table that involves no timing (see ``costs``): same seed, same
             text, in any batch, in any process, under any load.
-        method: default method of a request: ``"exact"`` (rejection sampling) or ``"gumbel"``
-            (drafter-invariant).
+        method: default method of a request: ``"exact"`` (rejection sampling, token by token),
+            ``"gumbel"`` (drafter-invariant) or ``"block"`` (block verification of the draft
+            chain, Sun et al. 2025: exact like "exact", never fewer tokens per pass in
+            expectation; greedy rows are greedy; trees and point-mass drafts:
+            :mod:`verispec.verify.block`).
         max_k: upper bound for the adaptive policies.
         costs: the pass and draft-step costs the ``"auto"`` policy weighs. Default: greedy and
             Gumbel rows (whose text does not depend on draft lengths) read a table measured on
@@ -66,8 +69,8 @@ class SpeculativeDecoder:
     def __init__(self, target: CausalLM | str, drafter: Drafter | None = None, *, k: KPolicy = 4,
                  method: str = "exact", max_k: int = 12, costs: PassCosts | str | os.PathLike | None = None) -> None:
         target = target if isinstance(target, CausalLM) else load_causal_lm(target)
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if method not in VERIFY_METHODS:
+            raise ValueError(f"method must be one of {VERIFY_METHODS}, got {method!r}")
         self.k = check_k(k)
         if isinstance(max_k, bool) or not isinstance(max_k, int) or not 1 <= max_k <= 64:
             raise ValueError(f"max_k must be an int in [1, 64], got {max_k!r}")
@@ -143,7 +146,7 @@ class SpeculativeDecoder:
         if not rows:
             return
         if state.costs is _UNTIMED and self.drafter is not None \
-                and any((r.k if r.k is not None else self.k) == "auto" for r in requests):
+                and any((r.k if r.k is not None else self.k) in ADAPTIVE for r in requests):
             state.costs = self._tables_for(state)
         first = len(state.rows)
         logits, features = self._prefill(state, [r.prompt for r in rows])
@@ -321,8 +324,8 @@ class SpeculativeDecoder:
         if isinstance(stop, str) or not isinstance(stop, Sequence) or any(not isinstance(s, str) or not s for s in stop):
             raise ValueError(f"stop must be a list of non-empty strings, got {stop!r}")
         method = r.method or self.method
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if method not in VERIFY_METHODS:
+            raise ValueError(f"request {r.request_id!r}: method must be one of {VERIFY_METHODS}, got {method!r}")
         if r.k is not None:
             check_k(r.k)
         prompt = self.encode([r.prompt], chat=r.chat)[0]

@@ -11,6 +11,11 @@
   verify pass. Before drafting at all, the first token's predicted acceptance decides whether a
   draft can pay: the empty draft (a plain target step) is a normal outcome, and after
   :data:`PROBE_EVERY` empty steps in a row one token is drafted to look again.
+* ``"tree"``: ``"auto"`` with trees: a drafter that drafts trees (``drafts_trees``) is asked for up
+  to ``max_k`` nodes per row, and the engine keeps the prefix of the tree (its nodes come best
+  first) that maximises the expected tokens per second of the pass (:meth:`KRows.cut_tree`): a
+  node's acceptance is the drafter's estimate calibrated online per row, its expected tokens the
+  product along its path; a tree where several guesses pay, a chain or nothing where they do not.
 
 Exactness: whether token i is drafted depends only on the tokens before it (never on token i
 itself, nor on any draw of the current pass), so each drafted token is an unconditioned draw
@@ -46,9 +51,10 @@ import torch
 
 from .costs import CostTables, PassCosts
 
-__all__ = ["KPolicy", "KRows", "check_k", "parse_k", "BUCKETS", "PROBE_EVERY"]
+__all__ = ["KPolicy", "KRows", "check_k", "parse_k", "BUCKETS", "PROBE_EVERY", "ADAPTIVE"]
 
-KPolicy = int | str  # an int, "heuristic" or "auto"
+KPolicy = int | str  # an int, "heuristic", "auto" or "tree"
+ADAPTIVE = ("auto", "tree")  # the policies that weigh the pass costs
 
 BUCKETS = 10  # confidence buckets of width 0.1; bucket 0 is the first token of a draft
 PROBE_EVERY = 8  # empty drafts in a row before one token is drafted anyway
@@ -61,15 +67,15 @@ _FIRST_PRIOR = 0.5  # prior acceptance of a draft's first token
 
 def check_k(k: object, name: str = "k") -> KPolicy:
     """``k`` if it is a valid policy, else ``ValueError`` naming ``name``."""
-    if isinstance(k, bool) or not (isinstance(k, int) or k in ("heuristic", "auto")):
-        raise ValueError(f"{name} must be a positive int, 'heuristic' or 'auto', got {k!r}")
+    if isinstance(k, bool) or not (isinstance(k, int) or k in ("heuristic",) + ADAPTIVE):
+        raise ValueError(f"{name} must be a positive int, 'heuristic', 'auto' or 'tree', got {k!r}")
     if isinstance(k, int) and not 1 <= k <= 64:
         raise ValueError(f"{name} must be in [1, 64], got {k}")
     return k
 
 
 def parse_k(text: str, name: str = "--k") -> KPolicy:
-    """A command-line K policy: an int in [1, 64], ``"auto"`` or ``"heuristic"`` (ValueError naming
+    """A command-line K policy: an int in [1, 64], ``"auto"``, ``"tree"`` or ``"heuristic"`` (ValueError naming
     ``name`` otherwise; see :func:`check_k`)."""
     try:
         value: object = int(text)
@@ -92,12 +98,15 @@ class KRows:
         self.max_k = max_k
         self.k = torch.zeros(0, dtype=torch.int64)  # [B] fixed / heuristic K
         self.heuristic = torch.zeros(0, dtype=torch.bool)  # [B]
-        self.auto = torch.zeros(0, dtype=torch.bool)  # [B]
+        self.auto = torch.zeros(0, dtype=torch.bool)  # [B] "auto" and "tree" rows
+        self.tree = torch.zeros(0, dtype=torch.bool)  # [B] "tree" rows
         self.fixed = torch.zeros(0, dtype=torch.bool)  # [B] rows that read the timing-free cost table
         self.any_auto = False  # some row is "auto" (kept with ``auto``)
         self.tried = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] tested tokens
         self.passed = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] accepted ones
         self.idle = torch.zeros(0, dtype=torch.int64)  # [B] empty drafts in a row
+        self.node_tried = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] tree nodes tested,
+        self.node_passed = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # by the drafter's own estimate
         self.asked = torch.zeros(0, dtype=torch.int64)  # [B] model tokens the last :meth:`ask` allowed
         prior = (torch.arange(BUCKETS + 1, dtype=torch.float64) - 0.5) / BUCKETS  # bucket centres
         prior[0] = _FIRST_PRIOR
@@ -112,14 +121,17 @@ class KRows:
         start = [p if isinstance(p, int) else min(4, self.max_k) for p in policies]
         self.k = torch.cat([self.k, torch.tensor(start, dtype=torch.int64)])
         self.heuristic = torch.cat([self.heuristic, torch.tensor([p == "heuristic" for p in policies])])
-        self.auto = torch.cat([self.auto, torch.tensor([p == "auto" for p in policies])])
+        self.auto = torch.cat([self.auto, torch.tensor([p in ADAPTIVE for p in policies])])
+        self.tree = torch.cat([self.tree, torch.tensor([p == "tree" for p in policies])])
         self.any_auto = bool(self.auto.any())
         self.tried = torch.cat([self.tried, torch.zeros(n, BUCKETS + 1, dtype=torch.float64)])
         self.passed = torch.cat([self.passed, torch.zeros(n, BUCKETS + 1, dtype=torch.float64)])
         self.idle = torch.cat([self.idle, torch.zeros(n, dtype=torch.int64)])
+        zeros = torch.zeros(n, BUCKETS + 1, dtype=torch.float64)
+        self.node_tried, self.node_passed = torch.cat([self.node_tried, zeros]), torch.cat([self.node_passed, zeros])
 
     def keep(self, rows: torch.Tensor) -> None:
-        for name in ("k", "heuristic", "auto", "fixed", "tried", "passed", "idle"):
+        for name in ("k", "heuristic", "auto", "tree", "fixed", "tried", "passed", "idle", "node_tried", "node_passed"):
             setattr(self, name, getattr(self, name)[rows])
         self.any_auto = bool(self.auto.any())
 
@@ -311,3 +323,70 @@ class KRows:
         v = self.costs(costs, K + 1)[0][group.nonzero()[0, 0]]  # the group's pass-width curve [K+2]
         rate = total / v[torch.clamp(N, min=floor) + 1]
         return torch.where(group, n_draft.clamp(max=int(rate.argmax())), n_draft)
+
+    # -- trees ---------------------------------------------------------------------------------
+
+    def nodes(self, k: torch.Tensor) -> torch.Tensor:
+        """``[B]`` the node budget of each row's tree: ``max_k`` for "tree" rows that draft, else 0."""
+        return torch.where(self.tree & (k > 0), self.max_k, 0)
+
+    def predict_nodes(self, estimate: torch.Tensor) -> torch.Tensor:
+        """``[B, N]`` calibrated P(node accepted | its parent was) from the drafter's own
+        ``estimate [B, N]`` (NaN: the first-token prior), each row from its own counts."""
+        buckets = buckets_of(estimate.detach().double().cpu())
+        rows = torch.arange(buckets.shape[0])[:, None].expand_as(buckets)
+        s = _PRIOR_STRENGTH
+        prior = torch.where(buckets == 0, _FIRST_PRIOR, estimate.detach().double().cpu().nan_to_num(0.0).clamp(0, 1))
+        return (self.node_passed[rows, buckets] + s * prior) / (self.node_tried[rows, buckets] + s)
+
+    def cut_tree(self, num_draft: torch.Tensor, parents: torch.Tensor, estimate: torch.Tensor | None,
+                 costs: PassCosts | CostTables) -> torch.Tensor:
+        """Per row, how many of its tree's first nodes to verify (nodes come best first, so a
+        prefix is a tree): the W <= ``num_draft`` maximising E_W / v(W + 1), with E_W = 1 + the
+        sum over the first W nodes of P(node on the accepted path), the product of the calibrated
+        acceptances along its path. The measured auto rows of a batch (B >= 2) share one W, the
+        batch's best (the pass is as wide as its widest tree). Rows that are not auto keep
+        ``num_draft``. ``parents [B, N]``, ``estimate [B, N]`` the drafter's ``accept_prob``."""
+        B, N = parents.shape
+        if N == 0 or not self.any_auto:
+            return num_draft
+        a = self.predict_nodes(estimate if estimate is not None else torch.full((B, N), math.nan))
+        parents = parents.cpu()
+        reach = torch.zeros(B, N + 1, dtype=torch.float64)  # slot 0: the root, reached surely
+        reach[:, 0] = 1.0
+        for i in range(N):  # topological order: the parent's reach is known
+            reach[:, i + 1] = a[:, i] * reach.gather(1, (parents[:, i] + 1).clamp_min(0)[:, None])[:, 0]
+        slots = torch.arange(N + 1)
+        gain = torch.where(slots[None, 1:] <= num_draft[:, None], reach[:, 1:], 0.0)
+        E = torch.cat([torch.ones(B, 1, dtype=torch.float64), 1 + gain.cumsum(1)], 1)  # [B, N+1] E_W
+        v = self.costs(costs, N + 1)[0][:, 1:].to(torch.float64)  # [B, N+1] widths 1..N+1
+        rate = (E / v).masked_fill(slots[None] > num_draft[:, None], -math.inf)
+        W = torch.where(self.auto, rate.argmax(1), num_draft)
+        group = self._pooled()
+        if group is None or not bool((num_draft[group] > 0).any()):
+            return W
+        kept = E.gather(1, num_draft[:, None]).expand(-1, N + 1)  # rows outside the group keep their trees
+        cut = E.gather(1, torch.minimum(slots[None], num_draft[:, None]))
+        total = torch.where(group[:, None], cut, kept).sum(0)  # [N+1] the batch's tokens at width W
+        floor = int(num_draft[~group].max()) if bool((~group).any()) else 0
+        rate = total / v[group.nonzero()[0, 0]][torch.clamp(slots, min=floor)]
+        return torch.where(group, num_draft.clamp(max=int(rate.argmax())), W)
+
+    def observe_tree(self, path: torch.Tensor, parents: torch.Tensor, num_draft: torch.Tensor,
+                     estimate: torch.Tensor | None) -> None:
+        """Calibrate the node estimates: the nodes tested are those under the root or under a
+        node of the accepted ``path [B, N]`` (node ids, -1 past its end); accepted, those on it."""
+        if estimate is None or parents.shape[1] == 0 or not bool(self.tree.any()):
+            return
+        B, N = parents.shape
+        path, parents = path.cpu(), parents.cpu()
+        on = torch.zeros(B, N + 1, dtype=torch.bool)  # slot 0: the root
+        on[:, 0] = True
+        on.scatter_(1, (path + 1).clamp_min(0), path >= 0)
+        on[:, 0] = True
+        valid = torch.arange(N)[None] < num_draft[:, None]
+        tested = valid & on.gather(1, (parents + 1).clamp_min(0)) & self.tree[:, None]  # [B, N]
+        accepted = tested & on[:, 1:]
+        buckets = buckets_of(estimate.detach().double().cpu())
+        self.node_tried.scatter_add_(1, buckets, tested.double())
+        self.node_passed.scatter_add_(1, buckets, accepted.double())

@@ -94,11 +94,17 @@ def draft(m: Models, state: BatchState) -> Draft:
     policy = state.policy
     k, k_cap = policy.ask(room, state.costs, scoring)
     more = policy.more(state.costs) if policy.any_auto else None
-    ask = DraftAsk(k, k_cap, state.params, state.gumbel, state.seeds, m.target.vocab_size, m.dtype, more)
+    nodes = policy.nodes(k_cap) if m.drafter.drafts_trees and bool(policy.tree.any()) else None
+    ask = DraftAsk(k, k_cap, state.params, state.gumbel, state.seeds, m.target.vocab_size, m.dtype, more,
+                   nodes=nodes, block=state.block_rows())
     t0 = time.perf_counter()
     proposal = m.drafter.propose(ask)
     state.stats.time_draft += time.perf_counter() - t0
     state.stats.draft_forwards += proposal.forwards
+    if proposal.parents is not None:  # a tree: nodes come best first, keep the prefix that pays
+        proposal.num_draft = policy.cut_tree(proposal.num_draft.cpu(), proposal.parents, proposal.accept_prob,
+                                             state.costs)
+        return proposal.cut(int(proposal.num_draft.max()) if B else 0)
     n = torch.minimum(proposal.num_draft.cpu(), k_cap)
     if scoring and proposal.accept_prob is not None:  # lookup tokens: cut where they stop paying
         n = policy.cut(n, proposal.accept_prob, state.costs)[0]
@@ -184,6 +190,8 @@ def commit(m: Models, state: BatchState, d: Draft, out: Verification, hidden: to
     account(state.stats, out, n_draft)
     emitted = _emit(state.rows, state.stats, out, n_draft, m.eos_ids)
     if m.drafter is not None:  # the K policies learn from what was drafted
+        if d.parents is not None:
+            state.policy.observe_tree(out.accepted_nodes(), d.parents, n_draft, d.accept_prob)
         evidence = state.policy.observe(out.num_accepted.cpu(), n_draft, d.confidence)
         if evidence is not None:
             add_calibration(state.stats, evidence)

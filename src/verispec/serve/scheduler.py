@@ -135,7 +135,7 @@ class Scheduler:
 
     def _run(self) -> None:
         try:
-            if self.decoder.drafter is not None and self.decoder.k == "auto":
+            if self.decoder.drafter is not None and self.decoder.k in ("auto", "tree"):
                 _ = self.decoder.cost_tables  # timed once, before serving: no request pays for it
             self.state = self.decoder.start()
         except BaseException as e:  # noqa: BLE001 - reported by the server's startup

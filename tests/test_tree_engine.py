@@ -1,0 +1,130 @@
+"""Draft trees in the engine (``k="tree"``): texts, the node-budget policy and its calibration.
+
+The law of sampled texts is G-tested in tests/test_engine_law.py (the "tree" cases); here: greedy
+and Gumbel texts are target-only's whatever the trees, in mixed batches, and the policy keeps
+the prefix of a tree that pays for its pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verispec.drafters import EagleDrafter, ModelDrafter
+from verispec.engine import Request, SpeculativeDecoder
+from verispec.engine.costs import PassCosts
+from verispec.engine.kpolicy import KRows, check_k
+from verispec.sampling import SamplingParams
+from verispec.testing import tiny_eagle, tiny_llama
+
+V = 40
+CHEAP = PassCosts({w: 1.0 + 0.02 * (w - 1) for w in range(1, 20)}, draft_step=0.02)  # wide passes almost free
+STEEP = PassCosts({w: 1.0 + 0.9 * (w - 1) for w in range(1, 20)}, draft_step=0.02)  # each column costs a pass
+PROMPTS = ["abcab", "ba", "cabbage and beans", "a"]
+GREEDY = SamplingParams(temperature=0.0)
+WARM = SamplingParams(temperature=0.9, top_p=0.95)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(vocab_size=V, seed=5, dtype=torch.float64, initializer_range=0.4)
+
+
+@pytest.mark.parametrize("costs", [CHEAP, STEEP], ids=["cheap", "steep"])
+def test_greedy_tree_texts_are_target_only(target, costs) -> None:
+    want = SpeculativeDecoder(target, None).generate(PROMPTS, 24, GREEDY).token_ids
+    dec = SpeculativeDecoder(target, EagleDrafter(tiny_eagle(target, seed=3)), k="tree", costs=costs)
+    res = dec.generate(PROMPTS, 24, GREEDY)
+    assert res.token_ids == want
+    if costs is CHEAP:  # trees were drafted and verified: passes wider than a chain of max_k
+        assert max(res.stats.verify_width_seconds) > 4
+
+
+def test_gumbel_tree_texts_are_target_only_gumbel_texts(target) -> None:
+    seeds = list(range(7, 7 + len(PROMPTS)))
+    want = SpeculativeDecoder(target, None, method="gumbel").generate(PROMPTS, 24, WARM, seeds=seeds).token_ids
+    dec = SpeculativeDecoder(target, EagleDrafter(tiny_eagle(target, seed=3)), k="tree", costs=CHEAP, method="gumbel")
+    assert dec.generate(PROMPTS, 24, WARM, seeds=seeds).token_ids == want
+
+
+def test_a_mixed_batch_keeps_each_rows_text(target) -> None:
+    """Greedy, Gumbel and exact sampled rows in one tree batch: the greedy and Gumbel rows write
+    target-only's texts; an exact row's text is its own alone or in the batch."""
+    drafter = lambda: EagleDrafter(tiny_eagle(target, seed=3))  # noqa: E731
+    reqs = [Request(PROMPTS[0], 20, GREEDY, request_id="g"),
+            Request(PROMPTS[1], 20, SamplingParams(temperature=0.9, top_p=0.95, seed=3), method="gumbel", request_id="u"),
+            Request(PROMPTS[2], 20, SamplingParams(temperature=0.9, top_p=0.95, seed=4), request_id="x")]
+    dec = SpeculativeDecoder(target, drafter(), k="tree", costs=CHEAP)
+    together = {o.request_id: o.completion.token_ids for o in dec.run(reqs) if o.completion is not None}
+    assert together["g"] == SpeculativeDecoder(target, None).generate([PROMPTS[0]], 20, GREEDY).token_ids[0]
+    gumbel = SpeculativeDecoder(target, None, method="gumbel").generate([PROMPTS[1]], 20, reqs[1].sampling)
+    assert together["u"] == gumbel.token_ids[0]
+    alone = SpeculativeDecoder(target, drafter(), k="tree", costs=CHEAP)
+    assert together["x"] == [o.completion.token_ids for o in alone.run([reqs[2]]) if o.completion][0]
+
+
+def test_tree_rows_with_a_chain_drafter_draft_chains(target) -> None:
+    """A drafter that cannot draft trees is asked for chains: "tree" behaves as "auto"."""
+    draft = tiny_llama(vocab_size=V, seed=6, dtype=torch.float64, initializer_range=0.4)
+    a = SpeculativeDecoder(target, ModelDrafter(draft), k="tree", costs=CHEAP).generate(PROMPTS, 16, GREEDY)
+    b = SpeculativeDecoder(target, ModelDrafter(draft), k="auto", costs=CHEAP).generate(PROMPTS, 16, GREEDY)
+    assert a.token_ids == b.token_ids and a.stats.target_forwards == b.stats.target_forwards
+
+
+def test_tree_is_a_k_policy() -> None:
+    assert check_k("tree") == "tree"
+    with pytest.raises(ValueError, match="'tree'"):
+        check_k("trees")
+
+
+# ----------------------------------------------------------------------------------------------
+# The node-budget policy
+
+def _tree(parents: list[list[int]], estimate: list[list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor(parents), torch.tensor(estimate, dtype=torch.float64)
+
+
+def _policy(B: int, policies: list) -> KRows:
+    p = KRows(8)
+    p.add(policies)
+    return p
+
+
+def test_cut_tree_keeps_the_prefix_that_maximises_tokens_per_second() -> None:
+    """E_W = 1 + the reach of the first W nodes; W maximises E_W / v(W + 1). Estimates near the
+    prior strength's pull: the test compares with the same formula computed by hand."""
+    parents, est = _tree([[-1, -1, 0, 0, 2, -1]], [[0.9, 0.5, 0.8, 0.3, 0.7, 0.2]])
+    for costs in (CHEAP, STEEP):
+        p = _policy(1, ["tree"])
+        W = int(p.cut_tree(torch.tensor([6]), parents, est, costs)[0])
+        a = p.predict_nodes(est)[0]
+        reach = []
+        for i, par in enumerate(parents[0].tolist()):
+            reach.append(float(a[i]) * (reach[par] if par >= 0 else 1.0))
+        rate = [(1 + sum(reach[:w])) / costs.table(7)[w + 1].item() for w in range(7)]
+        assert W == max(range(7), key=lambda w: rate[w])
+    assert int(_policy(1, ["tree"]).cut_tree(torch.tensor([6]), parents, est, CHEAP)[0]) == 6
+    assert int(_policy(1, ["tree"]).cut_tree(torch.tensor([6]), parents, est, STEEP)[0]) <= 1
+
+
+def test_in_a_batch_tree_rows_share_the_pass_others_make_wide() -> None:
+    """Rows of fixed K keep their drafts, and the pass they make wide is free for the tree rows;
+    tree rows alone in a batch are cut together where the pass stops paying."""
+    parents, est = _tree([[-1, 0, 1], [-1, 0, 1]], [[0.1, 0.1, 0.1], [0.1, 0.1, 0.1]])
+    assert _policy(2, [3, "tree"]).cut_tree(torch.tensor([3, 3]), parents, est, STEEP).tolist() == [3, 3]
+    assert _policy(2, ["tree", "tree"]).cut_tree(torch.tensor([3, 3]), parents, est, STEEP).tolist() == [0, 0]
+    sure = torch.full((2, 3), 0.9, dtype=torch.float64)
+    assert _policy(2, ["tree", "tree"]).cut_tree(torch.tensor([3, 2]), parents, sure, CHEAP).tolist() == [3, 2]
+
+
+def test_observe_tree_counts_nodes_under_the_path() -> None:
+    """Tested: the root's children and the children of accepted nodes; accepted: the path."""
+    from verispec.engine.kpolicy import buckets_of
+    parents, est = _tree([[-1, -1, 0, 0, 2, 1]], [[0.95, 0.55, 0.85, 0.35, 0.75, 0.15]])
+    p = _policy(1, ["tree"])
+    path = torch.tensor([[0, 2, -1, -1, -1, -1]])  # root -> 0 -> 2; 4 (under 2) rejected; 5 under rejected 1
+    p.observe_tree(path, parents, torch.tensor([6]), est)
+    b = buckets_of(est)[0].tolist()  # one bucket per node here
+    assert len(set(b)) == 6
+    assert [p.node_tried[0, b[i]].item() for i in range(6)] == [1, 1, 1, 1, 1, 0]
+    assert [p.node_passed[0, b[i]].item() for i in range(6)] == [1, 0, 1, 0, 0, 0]

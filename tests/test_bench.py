@@ -721,3 +721,20 @@ def test_the_kernel_line_names_what_each_shape_runs():
                           "head": {"rows": {"rowdot": [1, 2], "mm_t": [3]}, "beyond": "mm_t"}})
     assert line == "measured; 576x576 packed for 1 rows, rowdot for 2-3 rows; head rowdot 1-2, mm_t 3, beyond: mm_t"
     assert _kernels_line({"choice": None}) == "plain (no CPU kernel)"
+
+
+def test_tree_acceptance_is_pooled_and_printed() -> None:
+    """Trees: acceptance per (depth, sibling rank), pooled over generations, in report.json and printed."""
+    a = _fake_stats(10, 1.0, {5: [0.1] * 5}, drafted=20, accepted=5, rejected=3, lengths=[0, 0, 0, 0, 5])
+    b = _fake_stats(10, 1.0, {5: [0.1] * 5}, drafted=20, accepted=5, rejected=3, lengths=[0, 0, 0, 0, 5])
+    a.tree_tested, a.tree_accepted = {(1, 0): 5, (1, 1): 3}, {(1, 0): 2, (1, 1): 1}
+    b.tree_tested, b.tree_accepted = {(1, 0): 5, (2, 0): 2}, {(1, 0): 3, (2, 0): 2}
+    prompts = FOUR[:2]
+    ms = [Measurement(p.id, p.category, c.key, 0, [1] * 10, 1.0, "length", s)
+          for p in prompts for c, s in ((BASE, _fake_stats(10, 2.0, {1: [0.1] * 10})), (SPEC, a if p.id == "p0" else b))]
+    rep = _report(_run(ms, [BASE, SPEC], prompts))
+    spec = rep["configs"][1]
+    assert spec["tree_acceptance"] == [{"depth": 1, "rank": 0, "tested": 10, "accepted": 5},
+                                       {"depth": 1, "rank": 1, "tested": 3, "accepted": 1},
+                                       {"depth": 2, "rank": 0, "tested": 2, "accepted": 2}]
+    assert "d1 r0 0.50 (n 10); d1 r1 0.33 (n 3); d2 r0 1.00 (n 2)" in _printed(rep)

@@ -128,3 +128,35 @@ def test_observe_tree_counts_nodes_under_the_path() -> None:
     assert len(set(b)) == 6
     assert [p.node_tried[0, b[i]].item() for i in range(6)] == [1, 1, 1, 1, 1, 0]
     assert [p.node_passed[0, b[i]].item() for i in range(6)] == [1, 0, 1, 0, 0, 0]
+
+
+def test_tree_stats_count_depths_and_sibling_ranks() -> None:
+    """Per (depth, rank): tested under the root or an accepted node, accepted on the path; the
+    chain statistics see the path plus one rejected slot, none when the path ends at a leaf."""
+    from verispec.engine.stats import GenerationStats, account, account_tree, tree_depths
+    from verispec.verify import Verification
+
+    parents = torch.tensor([[-1, -1, 0, 0, 2, 1], [-1, 0, -1, 1, 0, 0]])
+    path = torch.tensor([[0, 2, 4, -1, -1, -1], [2, -1, -1, -1, -1, -1]])  # row 0 ends at leaf 4
+    n_acc = torch.tensor([3, 1])
+    K = 6
+    out = Verification(torch.zeros(2, K + 1, dtype=torch.int64), n_acc, n_acc + 1,
+                       torch.arange(K)[None] < n_acc[:, None], torch.tensor([6, 6]), path)
+    st = GenerationStats()
+    seen = tree_depths(out, parents, torch.tensor([6, 6]))
+    assert seen.tolist() == [3, 1]  # row 0: a bonus after leaf 4; row 1: node 2 is a leaf too
+    account(st, out, torch.tensor([6, 6]), seen)
+    account_tree(st, out, parents, torch.tensor([6, 6]))
+    assert st.rejected == 0 and st.accepted == 4 and st.drafted == 12
+    # row 0: depth 1 ranks 0, 1 tested (0 accepted); depth 2 under node 0: ranks 0 (acc), 1; depth 3: node 4 (acc)
+    # row 1: depth 1: nodes 0 (rank 0), 2 (rank 1, accepted); node 2 has no children
+    assert st.tree_tested == {(1, 0): 2, (1, 1): 2, (2, 0): 1, (2, 1): 1, (3, 0): 1}
+    assert st.tree_accepted == {(1, 0): 1, (1, 1): 1, (2, 0): 1, (3, 0): 1}
+
+
+def test_a_tree_generation_reports_acceptance_by_depth_and_rank(target) -> None:
+    dec = SpeculativeDecoder(target, EagleDrafter(tiny_eagle(target, seed=3)), k="tree", costs=CHEAP)
+    st = dec.generate(PROMPTS, 24, GREEDY).stats
+    assert (1, 0) in st.tree_tested and (1, 1) in st.tree_tested
+    assert all(st.tree_accepted.get(k, 0) <= n for k, n in st.tree_tested.items())
+    assert "tree_acceptance" in st.as_dict()

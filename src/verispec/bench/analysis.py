@@ -298,6 +298,12 @@ def _sum_stats(stats: Iterable[GenerationStats]) -> dict | None:
             total.extend([0.0] * (len(part) - len(total)))
             for i, x in enumerate(part):
                 total[i] += x
+    out["tree"] = {}  # draft trees: (depth, sibling rank) -> [accepted, tested]
+    for s in stats:
+        for key, n in s.tree_tested.items():
+            cell = out["tree"].setdefault(key, [0, 0])
+            cell[0] += s.tree_accepted.get(key, 0)
+            cell[1] += n
     return out
 
 
@@ -354,6 +360,9 @@ def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, v1: float, v_
     row["calibration"] = [{"bucket": b, "tested": int(t), "observed": _nan_to_none(safe_ratio(a, t)),
                            "predicted": _nan_to_none(safe_ratio(q, t))}
                           for b, (t, a, q) in enumerate(zip(tested, accepted, predicted)) if t]
+    if st["tree"]:  # acceptance per (depth, sibling rank) of draft trees
+        row["tree_acceptance"] = [{"depth": d, "rank": r, "tested": t, "accepted": a}
+                                  for (d, r), (a, t) in sorted(st["tree"].items())]
     row.update(draft_lengths=st["draft_lengths"], verify_ratio=_nan_to_none(vr) if vr is not None else None,
                expected_tokens=_nan_to_none(e) if e is not None else None,
                predicted_speedup=_nan_to_none(pred) if pred is not None else None)

@@ -131,6 +131,14 @@ def print_report(report: dict, console: Console) -> None:
             console.print(f"calibration {r['config']} (bucket of the previous token's confidence: "
                           f"predicted/observed acceptance): " + "; ".join(parts))
 
+    for r in rows:  # draft trees: where the extra guesses were accepted
+        tree = r.get("tree_acceptance") or []
+        if tree:
+            parts = [f"d{x['depth']} r{x['rank']} {x['accepted'] / x['tested']:.2f} (n {x['tested']})"
+                     for x in tree if x["tested"] and x["depth"] <= 4 and x["rank"] <= 2]
+            console.print(f"tree {r['config']} (acceptance by depth d and sibling rank r, tested nodes): "
+                          + "; ".join(parts) + f"; {_f(r.get('mean_k'), '.1f')} nodes per pass")
+
     _print_pass_costs(report.get("pass_costs"), console)
 
     th = report["theory"]

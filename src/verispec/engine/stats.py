@@ -9,7 +9,8 @@ import torch
 
 from ..verify import Verification
 
-__all__ = ["GenerationStats", "GenerationResult", "add_counts", "account", "uncount", "add_calibration", "BONUS", "residual_origin"]
+__all__ = ["GenerationStats", "GenerationResult", "add_counts", "account", "account_tree", "tree_depths", "uncount", "add_calibration",
+           "BONUS", "residual_origin"]
 
 
 @dataclass
@@ -56,6 +57,9 @@ class GenerationStats:
     # the "auto" policy's calibration per confidence bucket (0: a draft's first token):
     # model tokens tested, accepted, and the sum of their predicted acceptance
     calibration: list[list[float]] = field(default_factory=lambda: [[], [], []])
+    # draft trees: nodes tested (under the root or an accepted node) and accepted, per (depth, sibling rank)
+    tree_tested: dict[tuple[int, int], int] = field(default_factory=dict)
+    tree_accepted: dict[tuple[int, int], int] = field(default_factory=dict)
 
     @property
     def tested(self) -> int:
@@ -92,6 +96,9 @@ class GenerationStats:
         d.update(calibration=self.calibration, empty_drafts=self.draft_lengths[0] if self.draft_lengths else 0)
         d.update(alpha=self.alpha, draft_acceptance=self.draft_acceptance, tau=self.tau, time_other=self.time_other,
                  tokens_per_second=self.tokens_per_second, per_position_acceptance=self.per_position_acceptance)
+        if self.tree_tested:
+            d["tree_acceptance"] = {f"{k[0]},{k[1]}": [self.tree_accepted.get(k, 0), n]
+                                    for k, n in sorted(self.tree_tested.items())}
         return d
 
 
@@ -105,14 +112,17 @@ class GenerationResult:
     stats: GenerationStats
 
 
-def account(stats: GenerationStats, out: Verification, n_draft: torch.Tensor) -> None:
-    """Add one verification of every row of the batch (``n_draft [B]`` drafts verified per row)."""
+def account(stats: GenerationStats, out: Verification, n_draft: torch.Tensor, seen: torch.Tensor | None = None) -> None:
+    """Add one verification of every row of the batch (``n_draft [B]`` drafts verified per row).
+    For trees, ``seen [B]`` (:func:`tree_depths`): slot i is depth i + 1 of the accepted path."""
+    nodes = n_draft
+    n_draft = n_draft if seen is None else seen
     stats.iterations += 1
     stats.row_steps += n_draft.shape[0]
     if out.accepted.shape[1] == 0:  # nothing drafted (target-only, or every row drafted nothing)
         add_counts(stats.draft_lengths, [n_draft.shape[0]])
         return
-    stats.drafted += int(n_draft.sum())
+    stats.drafted += int(nodes.sum())
     acc = out.accepted.cpu()  # [B, K], a prefix of each row's drafts
     stats.accepted += int(acc.sum())
     num_accepted = out.num_accepted.cpu()
@@ -124,8 +134,50 @@ def account(stats: GenerationStats, out: Verification, n_draft: torch.Tensor) ->
     add_counts(stats.slot_drafted, drafted.sum(0).tolist())
     add_counts(stats.slot_tested, tested.sum(0).tolist())
     add_counts(stats.slot_accepted, acc.sum(0).tolist())
-    add_counts(stats.draft_lengths, torch.bincount(n_draft, minlength=K + 1).tolist())
-    stats.k_history.append(int(n_draft.max()))
+    add_counts(stats.draft_lengths, torch.bincount(nodes, minlength=K + 1).tolist())
+    stats.k_history.append(int(nodes.max()))
+
+
+def tree_depths(out: Verification, parents: torch.Tensor, n_draft: torch.Tensor) -> torch.Tensor:
+    """``[B]`` a tree row's draft as the chain statistics see it: the accepted path, plus one
+    rejected slot where the walk stopped at a node with children (a leaf ends in a bonus)."""
+    parents = parents.cpu()
+    B, N = parents.shape
+    n_acc = out.num_accepted.cpu()
+    if N == 0:
+        return n_acc
+    valid = torch.arange(N)[None] < n_draft[:, None]
+    path = out.accepted_nodes().cpu()  # [B, N]
+    last = torch.where(n_acc > 0, path.gather(1, (n_acc - 1).clamp_min(0)[:, None])[:, 0], -1)  # -1: the root
+    has_kids = ((parents == last[:, None]) & valid).any(1)
+    return n_acc + has_kids.long()
+
+
+def account_tree(stats: GenerationStats, out: Verification, parents: torch.Tensor, n_draft: torch.Tensor) -> None:
+    """Add a tree pass to the acceptance per (depth, sibling rank): tested, the nodes under the
+    root or under an accepted node; accepted, those on the path."""
+    parents, path = parents.cpu(), out.accepted_nodes().cpu()
+    B, N = parents.shape
+    if N == 0:
+        return
+    valid = torch.arange(N)[None] < n_draft[:, None]
+    on = torch.zeros(B, N + 1, dtype=torch.bool)  # slot 0: the root
+    on.scatter_(1, (path + 1).clamp_min(0), path >= 0)
+    on[:, 0] = True
+    tested = valid & on.gather(1, (parents + 1).clamp_min(0))
+    accepted = tested & on[:, 1:]
+    depth = torch.zeros(B, N + 1, dtype=torch.int64)
+    for i in range(N):  # topological order
+        depth[:, i + 1] = 1 + depth.gather(1, (parents[:, i] + 1).clamp_min(0)[:, None])[:, 0]
+    earlier = torch.arange(N)[None, :] < torch.arange(N)[:, None]  # [N, N] j < i
+    rank = ((parents[:, :, None] == parents[:, None, :]) & earlier[None]).sum(-1)  # [B, N]
+    key = depth[:, 1:] * N + rank
+    for name, mask in (("tree_tested", tested), ("tree_accepted", accepted)):
+        counts = torch.bincount(key[mask], minlength=0).tolist()
+        table = getattr(stats, name)
+        for k, n in enumerate(counts):
+            if n:
+                table[(k // N, k % N)] = table.get((k // N, k % N), 0) + n
 
 
 BONUS = -1  # origin of a token drawn from p: the bonus after every draft passed (or target-only)

@@ -37,7 +37,7 @@ from ..sampling import RowParams, check_logits, fit_vocab, logits_to_probs, spli
 from ..verify import Verification, merge_rows, verify_argmax, verify_draft
 from .requests import Completion, RequestOutput
 from .state import BatchState, Row
-from .stats import BONUS, GenerationStats, account, add_calibration, residual_origin, uncount
+from .stats import BONUS, GenerationStats, account, account_tree, add_calibration, residual_origin, tree_depths, uncount
 from .text import find_stop, trim_to_text
 
 if TYPE_CHECKING:
@@ -187,8 +187,11 @@ def commit(m: Models, state: BatchState, d: Draft, out: Verification, hidden: to
            ) -> list[RequestOutput]:
     """Append what each row emitted, roll the caches back to it, end and retire finished rows."""
     n_draft = d.num_draft.cpu()
-    account(state.stats, out, n_draft)
-    emitted = _emit(state.rows, state.stats, out, n_draft, m.eos_ids)
+    seen = None if d.parents is None else tree_depths(out, d.parents, n_draft)  # a tree's path as a chain
+    account(state.stats, out, n_draft, seen)
+    if d.parents is not None:
+        account_tree(state.stats, out, d.parents, n_draft)
+    emitted = _emit(state.rows, state.stats, out, n_draft if seen is None else seen, m.eos_ids)
     if m.drafter is not None:  # the K policies learn from what was drafted
         if d.parents is not None:
             state.policy.observe_tree(out.accepted_nodes(), d.parents, n_draft, d.accept_prob)

@@ -67,7 +67,7 @@ class PromptLookupDrafter(DrafterBase):
         self.max_ngram, self.min_ngram, self.prior_strength = max_ngram, min_ngram, float(prior_strength)
         self.max_branches = max_branches
         self.prior = torch.tensor(self.ACCEPT_PRIOR, dtype=torch.float64)
-        self.name = "ngram" if max_branches == 1 else "ngram-tree"
+        self.name = "ngram"  # trees or not: the machine's cost table (keyed by name) is the same
         self.drafts_trees = max_branches > 1  # type: ignore[misc]  # a node budget gets a trie
         self.contexts: list[list[int]] = []
         nb = len(self.ACCEPT_PRIOR)

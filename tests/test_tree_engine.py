@@ -160,3 +160,16 @@ def test_a_tree_generation_reports_acceptance_by_depth_and_rank(target) -> None:
     assert (1, 0) in st.tree_tested and (1, 1) in st.tree_tested
     assert all(st.tree_accepted.get(k, 0) <= n for k, n in st.tree_tested.items())
     assert "tree_acceptance" in st.as_dict()
+
+
+def test_greedy_trees_take_the_argmax_path_and_emit_what_the_general_path_does(target, monkeypatch) -> None:
+    from verispec.engine import step as step_mod
+
+    def run():
+        dec = SpeculativeDecoder(target, EagleDrafter(tiny_eagle(target, seed=3)), k="tree", costs=CHEAP)
+        res = dec.generate(PROMPTS, 20, GREEDY)
+        return res.token_ids, res.stats.tree_tested
+
+    fast = run()
+    monkeypatch.setattr(step_mod, "_argmax_rows", lambda params, d: torch.zeros(len(params), dtype=torch.bool))
+    assert run() == fast

@@ -333,3 +333,26 @@ def test_every_tensor_the_tree_and_block_rules_build_is_on_the_inputs_device(mon
     verify(chain_p, chain_q, d, num_draft=torch.tensor([0, 1, 2, 3, 3, 2]), seeds=torch.arange(6), method="block")
     verify(chain_p, None, d, seeds=torch.arange(6), method="block")
     assert missing == [], f"torch factories called without device= in verify/tree.py or block.py: {missing}"
+
+
+def test_the_argmax_walk_equals_the_tree_rule_on_one_hot_p() -> None:
+    """verify_argmax_tree (the engine's greedy fast path) against verify_tree on p = one-hot(argmax):
+    random ragged trees with repeated tokens, many rows at once."""
+    from verispec.draft import Draft
+    from verispec.verify import verify_argmax_tree
+
+    g = torch.Generator().manual_seed(0)
+    B, N, V = 64, 7, 3  # few tokens: matches, repeats and misses all occur
+    parents = torch.stack([torch.tensor([torch.randint(-1, i, (1,), generator=g).item() for i in range(N)])
+                           for _ in range(B)])
+    tokens = torch.randint(0, V, (B, N), generator=g)
+    num = torch.randint(0, N + 1, (B,), generator=g)
+    top = torch.randint(0, V, (B, N + 1), generator=g)
+    p = torch.nn.functional.one_hot(top, V).double()
+    want = verify_tree(p, None, tokens, parents, num_draft=num, child_draw="top_k",
+                       seeds=torch.arange(B), positions=torch.zeros(B, dtype=torch.int64))
+    got = verify_argmax_tree(top, Draft(tokens, None, num, parents=parents, child_draw="top_k"))
+    assert torch.equal(got.num_accepted, want.num_accepted)
+    assert torch.equal(got.tokens, want.tokens)
+    assert torch.equal(got.accepted_nodes(), want.accepted_nodes())
+    assert int(want.num_accepted.max()) >= 2  # deep paths were walked

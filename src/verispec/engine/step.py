@@ -34,7 +34,7 @@ import torch
 from ..draft import Draft
 from ..drafters import DraftAsk
 from ..sampling import RowParams, check_logits, fit_vocab, logits_to_probs, split_rows
-from ..verify import Verification, merge_rows, verify_argmax, verify_draft
+from ..verify import Verification, merge_rows, verify_argmax, verify_argmax_tree, verify_draft
 from .requests import Completion, RequestOutput
 from .state import BatchState, Row
 from .stats import BONUS, GenerationStats, account, account_tree, add_calibration, residual_origin, tree_depths, uncount
@@ -144,7 +144,7 @@ def _verify(m: Models, state: BatchState, d: Draft, logits: torch.Tensor, params
     """The verifier's outcome for rows with these sampling ``params``, ``seeds`` and ``positions``
     (of each row's slot 0) given the target's ``logits [B, N+1, V_t]``.
 
-    A greedy row's p is one-hot at the argmax, so for chains only the sampled rows need p: a
+    A greedy row's p is one-hot at the argmax, so only the sampled rows need p (chains or trees): a
     batch that mixes both verifies its greedy rows from the argmax alone and builds
     ``[b, N+1, V]`` for its b sampled rows only (each row's outcome depends on that row alone)."""
     t0 = time.perf_counter()
@@ -169,8 +169,10 @@ def _verify(m: Models, state: BatchState, d: Draft, logits: torch.Tensor, params
 
 
 def _verify_greedy(d: Draft, logits: torch.Tensor, V: int) -> Verification:
-    """Chains of greedy rows: only argmax p matters, no ``[B, N+1, V]`` transform."""
+    """Greedy rows: only argmax p matters, no ``[B, N+1, V]`` transform (chains or trees)."""
     device = logits.device
+    if not d.is_chain:
+        return verify_argmax_tree(_argmax_tokens(logits, V), d)
     return verify_argmax(_argmax_tokens(logits, V), d.tokens.to(device), d.num_draft.to(device))
 
 
@@ -350,8 +352,8 @@ def fill_holes(keep: list[int], B: int) -> list[int]:
 
 def _argmax_rows(params: RowParams, d: Draft) -> torch.Tensor:
     """``[B]`` bool: the rows verified from the argmax alone, the greedy rows (temperature 0: p is
-    one-hot at the argmax, whatever the method) when the draft is a chain; trees go through p."""
-    return params.greedy if d.is_chain else torch.zeros(len(params), dtype=torch.bool)
+    one-hot at the argmax, whatever the method), chains or trees (tests force the general path here)."""
+    return params.greedy
 
 
 def _argmax_tokens(logits: torch.Tensor, V: int) -> torch.Tensor:

@@ -20,7 +20,7 @@ from .chain import (
     verify,
     verify_argmax,
 )
-from .tree import verify_draft, verify_tree
+from .tree import verify_argmax_tree, verify_draft, verify_tree
 
-__all__ = ["Verification", "verify", "verify_draft", "verify_tree", "verify_argmax", "merge_rows", "gumbel_argmax",
+__all__ = ["Verification", "verify", "verify_draft", "verify_tree", "verify_argmax", "verify_argmax_tree", "merge_rows", "gumbel_argmax",
            "METHODS", "VERIFY_METHODS", "SUM_TOLERANCE"]

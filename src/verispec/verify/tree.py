@@ -54,7 +54,7 @@ from ..sampling import gumbel_rows
 from . import chain
 from .chain import SUM_TOLERANCE, Verification, _LOW_PRECISION_SUM_TOLERANCE
 
-__all__ = ["verify_draft", "verify_tree"]
+__all__ = ["verify_draft", "verify_tree", "verify_argmax_tree"]
 
 
 def verify_draft(target_probs: torch.Tensor, draft: Draft, **kwargs) -> Verification:
@@ -248,6 +248,43 @@ def _walk(p, q, tokens, kids, at, seeds, draws, gumbel, greedy, without_replacem
     accepted = torch.arange(N, device=device) < num_accepted[:, None]
     return Verification(tokens=out, num_accepted=num_accepted, num_emitted=num_accepted + 1, accepted=accepted,
                         num_draft=num_draft, path=path)
+
+
+def verify_argmax_tree(target_top: torch.Tensor, draft: Draft) -> Verification:
+    """Greedy rows' trees from the target's argmax alone: follow the first child holding
+    ``target_top`` at its parent's slot, else emit it (what :func:`verify_tree` does for rows with
+    one-hot p, the reference the tests compare it with), without the ``[B, N+1, V]`` p.
+
+    ``target_top [B, N+1]``: argmax p after the root (slot 0) and after each node. Inputs are not
+    validated: ids come from the engine's own argmax and its drafter's tree."""
+    B, N = draft.tokens.shape
+    device = target_top.device
+    valid = torch.arange(N, device=device) < draft.num_draft.to(device)[:, None]
+    parents = torch.where(valid, draft.parent_index().to(device), -2)  # padded nodes hang under no slot
+    tokens = draft.tokens.to(device)
+    path = torch.full((B, N), -1, dtype=torch.int64, device=device)
+    num_accepted = torch.zeros(B, dtype=torch.int64, device=device)
+    cur = torch.zeros(B, dtype=torch.int64, device=device)  # the slot the walk is at
+    live = torch.ones(B, dtype=torch.bool, device=device)
+    rows = torch.arange(B, device=device)
+    for _ in range(N):  # one depth per round, every row at once
+        want = target_top.gather(1, cur[:, None])  # [B, 1] the target's token after the current slot
+        match = (parents + 1 == cur[:, None]) & (tokens == want) & live[:, None]  # [B, N]
+        go = match.any(1)
+        if not bool(go.any()):
+            break
+        child = match.to(torch.int64).argmax(1)  # the first child holding it
+        path[rows[go], num_accepted[go]] = child[go]
+        num_accepted += go.long()
+        cur = torch.where(go, child + 1, cur)
+        live &= go
+    x = target_top.gather(1, cur[:, None]).squeeze(1)  # [B] emitted after the last accepted slot
+    node_tok = torch.where(path >= 0, tokens.gather(1, path.clamp_min(0)), -1)
+    out = torch.cat([node_tok, torch.full_like(x[:, None], -1)], 1)  # [B, N+1]
+    out.scatter_(1, num_accepted[:, None], x[:, None])
+    accepted = torch.arange(N, device=device) < num_accepted[:, None]
+    return Verification(tokens=out, num_accepted=num_accepted, num_emitted=num_accepted + 1, accepted=accepted,
+                        num_draft=draft.num_draft.to(device), path=path)
 
 
 def _sibling_ladder(

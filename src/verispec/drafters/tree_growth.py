@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -35,6 +36,9 @@ from ..rng import COUNTER, Draws, draft_stream, gumbel_uniforms, inverse_cdf
 from ..sampling import logits_to_probs
 from .drawing import to_target_vocab
 
+if TYPE_CHECKING:
+    from .base import DraftAsk
+
 __all__ = ["draft_tree"]
 
 #: ``expand(tokens [B, m], parents [B, m])``: feed a depth's m new nodes (``parents``: earlier nodes' ids
@@ -42,7 +46,7 @@ __all__ = ["draft_tree"]
 Expand = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def draft_tree(logits: torch.Tensor, expand: Expand, ask, vocab_map: torch.Tensor | None, positions: torch.Tensor,
+def draft_tree(logits: torch.Tensor, expand: Expand, ask: DraftAsk, vocab_map: torch.Tensor | None, positions: torch.Tensor,
                *, width: int, draws: Draws = COUNTER) -> tuple[Draft, int]:
     """Grow a tree per row from the drafter's logits after each row's context ``logits [B, V_d]``.
 
@@ -80,7 +84,7 @@ def draft_tree(logits: torch.Tensor, expand: Expand, ask, vocab_map: torch.Tenso
         calls += 1
         frontier, n = torch.arange(n, n + m, device=device).expand(B, m), n + m
         f_value = kids[2].masked_fill(~go[:, None], -math.inf)
-    d = _keep_best(grown, budget, ask, device)
+    d = _keep_best(grown, budget, device)
     d.forwards = calls + 1
     return d, calls
 
@@ -175,7 +179,7 @@ def _draw(q, top, counts, ask, greedy, pos, width, draws) -> torch.Tensor:
     return tokens
 
 
-def _keep_best(grown: list[tuple[torch.Tensor, ...]], budget: torch.Tensor, ask, device: torch.device) -> Draft:
+def _keep_best(grown: list[tuple[torch.Tensor, ...]], budget: torch.Tensor, device: torch.device) -> Draft:
     """The ``budget`` best nodes of each row by decreasing value (ties: drafting order), parents
     renumbered to the new order."""
     B = len(budget)

@@ -173,3 +173,19 @@ def test_greedy_trees_take_the_argmax_path_and_emit_what_the_general_path_does(t
     fast = run()
     monkeypatch.setattr(step_mod, "_argmax_rows", lambda params, d: torch.zeros(len(params), dtype=torch.bool))
     assert run() == fast
+
+
+def test_rows_of_other_policies_keep_their_text_beside_tree_rows(target) -> None:
+    """A batch drafts trees only when every drafting row is a "tree" row: a seeded sampled row of
+    K = 4 or "auto" writes, beside a "tree" row, the text it writes alone."""
+    def req(i: int, k) -> Request:
+        return Request(PROMPTS[i], 20, SamplingParams(temperature=0.9, seed=52 + i), k=k, request_id=i)
+
+    def run(reqs: list[Request]) -> dict:
+        dec = SpeculativeDecoder(target, EagleDrafter(tiny_eagle(target, seed=3)), k="tree", costs=CHEAP)
+        return {o.request_id: o.completion.token_ids for o in dec.run(reqs) if o.completion is not None}
+
+    together = run([req(0, 4), req(1, "auto"), req(2, "tree")])
+    assert min(len(t) for t in together.values()) >= 16  # long texts: many draws after the first
+    assert together[0] == run([req(0, 4)])[0]
+    assert together[1] == run([req(1, "auto")])[1]

@@ -326,9 +326,15 @@ class KRows:
 
     # -- trees ---------------------------------------------------------------------------------
 
-    def nodes(self, k: torch.Tensor) -> torch.Tensor:
-        """``[B]`` the node budget of each row's tree: ``max_k`` for "tree" rows that draft, else 0."""
-        return torch.where(self.tree & (k > 0), self.max_k, 0)
+    def nodes(self, k: torch.Tensor) -> torch.Tensor | None:
+        """``[B]`` the node budget of each row's tree (``max_k``), or ``None`` (chains for every row)
+        unless every row that drafts is a "tree" row: a batch drafts trees or chains as a whole,
+        so that a row of another policy drafts and cuts its chain as it would alone (its text,
+        for a seeded sampled row, depends on that)."""
+        drafting = k > 0
+        if not bool((self.tree & drafting).any()) or bool((drafting & ~self.tree).any()):
+            return None
+        return torch.where(self.tree & drafting, self.max_k, 0)
 
     def predict_nodes(self, estimate: torch.Tensor) -> torch.Tensor:
         """``[B, N]`` calibrated P(node accepted | its parent was) from the drafter's own

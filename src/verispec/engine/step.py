@@ -94,7 +94,7 @@ def draft(m: Models, state: BatchState) -> Draft:
     policy = state.policy
     k, k_cap = policy.ask(room, state.costs, scoring)
     more = policy.more(state.costs) if policy.any_auto else None
-    nodes = policy.nodes(k_cap) if m.drafter.drafts_trees and bool(policy.tree.any()) else None
+    nodes = policy.nodes(k_cap) if m.drafter.drafts_trees else None
     ask = DraftAsk(k, k_cap, state.params, state.gumbel, state.seeds, m.target.vocab_size, m.dtype, more,
                    nodes=nodes, block=state.block_rows())
     t0 = time.perf_counter()

@@ -54,7 +54,7 @@ def registered() -> list[str]:
     return sorted(_REGISTERED)
 
 
-register("ngram", PromptLookupDrafter)
+register("ngram", lambda: PromptLookupDrafter(max_branches=4))  # several matches as branches under k="tree"
 
 
 def default_drafter(target: str | None) -> str:

@@ -49,7 +49,7 @@ from ..sampling import SamplingParams
 __all__ = ["PassCosts", "CostTables", "measure_pass_costs", "reference_costs", "load_costs", "costs_file",
            "machine_busy", "REFERENCE_VERIFY_SLOPE", "REFERENCE_STEP_OVERHEAD"]
 
-_CONTEXT = 48  # tokens of context behind the timed passes
+_CONTEXT = 256  # tokens of context behind the timed passes (wide passes cost more behind a real context)
 _REPEATS = 5  # timed passes per width (interleaved over widths, after one untimed round); the median is kept
 # Timed proposals for the draft step. Each is divided by the one-token target pass just before it:
 # on a shared 2-vCPU machine both slow down together for seconds at a time (a draft step timed
@@ -67,7 +67,7 @@ _ROW_WIDTHS = (1, 2, 3, 5, 9, 13)
 _ROW_TOKENS = 40
 _DRAFT_ROWS = 8  # a draft step is timed for one row and for this many (interpolated between, constant beyond)
 _ROW_CONTEXT = 16  # tokens of context behind passes of several rows (their prefill is most of the timing's time)
-_METHOD = (f"widths warmed, median of {_REPEATS} (rows: {_ROW_REPEATS}); draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it; rows {_ROWS} widths "
+_METHOD = (f"widths after {_CONTEXT} tokens, warmed, median of {_REPEATS} (rows: {_ROW_REPEATS}); draft steps after a target pass, median of {_DRAFT_REPEATS} ratios to it; rows {_ROWS} widths "
            f"{_ROW_WIDTHS} up to {_ROW_TOKENS} tokens after {_ROW_CONTEXT}; draft steps of 1 and {_DRAFT_ROWS} rows (one-token proposals)")
 # The reference model (no timing): v(w) / v(1) = 1 + slope (w - 1); a draft step costs the ratio
 # of bytes read plus a fixed overhead. On the 2-core CPUs of BENCHMARKS.md the measured tables

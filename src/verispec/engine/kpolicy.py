@@ -315,14 +315,8 @@ class KRows:
         a = torch.where(torch.isnan(a), self.predict(buckets), a)
         a = torch.where(slots[None] < n_draft[:, None], a.clamp(0.0, 1.0), 0.0)
         E = torch.cat([torch.ones(B, 1, dtype=torch.float64), 1 + a.cumprod(1).cumsum(1)], 1)  # [B, K+1]
-        N = torch.arange(K + 1)
-        kept = E.gather(1, n_draft[:, None]).expand(-1, K + 1)  # rows outside the group: their own drafts
-        cut = E.gather(1, torch.minimum(N[None], n_draft[:, None]))
-        total = torch.where(group[:, None], cut, kept).sum(0)  # [K+1] expected tokens if cut at N
-        floor = int(n_draft[~group].max()) if bool((~group).any()) else 0
         v = self.costs(costs, K + 1)[0][group.nonzero()[0, 0]]  # the group's pass-width curve [K+2]
-        rate = total / v[torch.clamp(N, min=floor) + 1]
-        return torch.where(group, n_draft.clamp(max=int(rate.argmax())), n_draft)
+        return torch.where(group, n_draft.clamp(max=_shared_width(E, n_draft, group, v)), n_draft)
 
     # -- trees ---------------------------------------------------------------------------------
 
@@ -365,18 +359,13 @@ class KRows:
         slots = torch.arange(N + 1)
         gain = torch.where(slots[None, 1:] <= num_draft[:, None], reach[:, 1:], 0.0)
         E = torch.cat([torch.ones(B, 1, dtype=torch.float64), 1 + gain.cumsum(1)], 1)  # [B, N+1] E_W
-        v = self.costs(costs, N + 1)[0][:, 1:].to(torch.float64)  # [B, N+1] widths 1..N+1
-        rate = (E / v).masked_fill(slots[None] > num_draft[:, None], -math.inf)
+        v = self.costs(costs, N + 1)[0].to(torch.float64)  # [B, N+2] entry w: a pass of width w
+        rate = (E / v[:, 1:]).masked_fill(slots[None] > num_draft[:, None], -math.inf)
         W = torch.where(self.auto, rate.argmax(1), num_draft)
         group = self._pooled()
         if group is None or not bool((num_draft[group] > 0).any()):
             return W
-        kept = E.gather(1, num_draft[:, None]).expand(-1, N + 1)  # rows outside the group keep their trees
-        cut = E.gather(1, torch.minimum(slots[None], num_draft[:, None]))
-        total = torch.where(group[:, None], cut, kept).sum(0)  # [N+1] the batch's tokens at width W
-        floor = int(num_draft[~group].max()) if bool((~group).any()) else 0
-        rate = total / v[group.nonzero()[0, 0]][torch.clamp(slots, min=floor)]
-        return torch.where(group, num_draft.clamp(max=int(rate.argmax())), W)
+        return torch.where(group, num_draft.clamp(max=_shared_width(E, num_draft, group, v[group.nonzero()[0, 0]])), W)
 
     def observe_tree(self, path: torch.Tensor, parents: torch.Tensor, num_draft: torch.Tensor,
                      estimate: torch.Tensor | None) -> None:
@@ -396,3 +385,17 @@ class KRows:
         buckets = buckets_of(estimate.detach().double().cpu())
         self.node_tried.scatter_add_(1, buckets, tested.double())
         self.node_passed.scatter_add_(1, buckets, accepted.double())
+
+
+def _shared_width(E: torch.Tensor, n_draft: torch.Tensor, group: torch.Tensor, v: torch.Tensor) -> int:
+    """The draft width N the ``group [B]`` rows of a batch share: the one maximising the batch's
+    expected tokens over the cost of its pass. ``E [B, K+1]``: a row's expected tokens with its
+    first n drafts verified; rows outside the group keep their ``n_draft [B]`` (and the pass is at
+    least as wide as theirs); ``v [K+2]``: the group's cost of a pass of width w."""
+    K = E.shape[1] - 1
+    N = torch.arange(K + 1)
+    kept = E.gather(1, n_draft[:, None]).expand(-1, K + 1)
+    cut = E.gather(1, torch.minimum(N[None], n_draft[:, None]))
+    total = torch.where(group[:, None], cut, kept).sum(0)  # [K+1] the batch's expected tokens if cut at N
+    floor = int(n_draft[~group].max()) if bool((~group).any()) else 0
+    return int((total / v[torch.clamp(N, min=floor) + 1]).argmax())

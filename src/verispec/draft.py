@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Draft", "CHILD_DRAWS", "chain_parents"]
+__all__ = ["Draft", "CHILD_DRAWS", "chain_parents", "node_depths", "tree_outcome"]
 
 CHILD_DRAWS = ("single", "iid", "without_replacement", "top_k")
 
@@ -35,6 +35,31 @@ CHILD_DRAWS = ("single", "iid", "without_replacement", "top_k")
 def chain_parents(B: int, N: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """``[B, N]`` int64 parents of a chain: node i hangs under node i - 1 (node 0 under the root)."""
     return (torch.arange(N, device=device) - 1).expand(B, N).clone()
+
+
+def node_depths(parents: torch.Tensor) -> torch.Tensor:
+    """``[B, N]`` int64 depth of each node of trees given by ``parents [B, N]`` (topological; -1:
+    the root): 1 for children of the root."""
+    B, N = parents.shape
+    depth = torch.zeros(B, N, dtype=torch.int64, device=parents.device)
+    for i in range(N):  # topological order: a parent's depth is known before its children's
+        par = parents[:, i]
+        depth[:, i] = 1 + torch.where(par >= 0, depth.gather(1, par.clamp_min(0)[:, None]).squeeze(1), 0)
+    return depth
+
+
+def tree_outcome(path: torch.Tensor, parents: torch.Tensor, num_draft: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tested, accepted)`` ``[B, N]`` bool for a tree pass: tested, the nodes under the root or
+    under a node of the accepted ``path [B, N]`` (node ids, -1 past its end); accepted, those on it."""
+    path, parents = path.cpu(), parents.cpu()
+    B, N = parents.shape
+    on = torch.zeros(B, N + 1, dtype=torch.bool)  # slot 0: the root
+    on.scatter_(1, (path + 1).clamp_min(0), path >= 0)
+    on[:, 0] = True
+    valid = torch.arange(N)[None] < num_draft.cpu()[:, None]
+    tested = valid & on.gather(1, (parents + 1).clamp_min(0))
+    return tested, tested & on[:, 1:]
 
 
 @dataclass
@@ -103,13 +128,7 @@ class Draft:
 
     def depth(self) -> torch.Tensor:
         """``[B, N]`` int64 depth of each node: 1 for children of the root (its position offset)."""
-        parents = self.parent_index()
-        B, N = parents.shape
-        depth = torch.zeros(B, N, dtype=torch.int64, device=parents.device)
-        for i in range(N):  # topological order: a parent's depth is known before its children's
-            par = parents[:, i]
-            depth[:, i] = 1 + torch.where(par >= 0, depth.gather(1, par.clamp_min(0)[:, None]).squeeze(1), 0)
-        return depth
+        return node_depths(self.parent_index())
 
     def to(self, device: torch.device | str) -> Draft:
         """The same draft with its tensors on ``device`` (itself when they already are)."""

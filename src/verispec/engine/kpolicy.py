@@ -49,6 +49,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..draft import tree_outcome
 from .costs import CostTables, PassCosts
 
 __all__ = ["KPolicy", "KRows", "check_k", "parse_k", "BUCKETS", "PROBE_EVERY", "ADAPTIVE"]
@@ -373,15 +374,9 @@ class KRows:
         node of the accepted ``path [B, N]`` (node ids, -1 past its end); accepted, those on it."""
         if estimate is None or parents.shape[1] == 0 or not bool(self.tree.any()):
             return
-        B, N = parents.shape
-        path, parents = path.cpu(), parents.cpu()
-        on = torch.zeros(B, N + 1, dtype=torch.bool)  # slot 0: the root
-        on[:, 0] = True
-        on.scatter_(1, (path + 1).clamp_min(0), path >= 0)
-        on[:, 0] = True
-        valid = torch.arange(N)[None] < num_draft[:, None]
-        tested = valid & on.gather(1, (parents + 1).clamp_min(0)) & self.tree[:, None]  # [B, N]
-        accepted = tested & on[:, 1:]
+        tested, accepted = tree_outcome(path, parents, num_draft)
+        tested &= self.tree[:, None]
+        accepted &= tested
         buckets = buckets_of(estimate.detach().double().cpu())
         self.node_tried.scatter_add_(1, buckets, tested.double())
         self.node_passed.scatter_add_(1, buckets, accepted.double())

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..draft import node_depths, tree_outcome
 from ..verify import Verification
 
 __all__ = ["GenerationStats", "GenerationResult", "add_counts", "account", "account_tree", "tree_depths", "uncount", "add_calibration",
@@ -154,28 +155,18 @@ def tree_depths(out: Verification, parents: torch.Tensor, n_draft: torch.Tensor)
 
 
 def account_tree(stats: GenerationStats, out: Verification, parents: torch.Tensor, n_draft: torch.Tensor) -> None:
-    """Add a tree pass to the acceptance per (depth, sibling rank): tested, the nodes under the
-    root or under an accepted node; accepted, those on the path."""
-    parents, path = parents.cpu(), out.accepted_nodes().cpu()
+    """Add a tree pass to the acceptance per (depth, sibling rank) (:func:`tree_outcome`)."""
+    parents = parents.cpu()
     B, N = parents.shape
     if N == 0:
         return
-    valid = torch.arange(N)[None] < n_draft[:, None]
-    on = torch.zeros(B, N + 1, dtype=torch.bool)  # slot 0: the root
-    on.scatter_(1, (path + 1).clamp_min(0), path >= 0)
-    on[:, 0] = True
-    tested = valid & on.gather(1, (parents + 1).clamp_min(0))
-    accepted = tested & on[:, 1:]
-    depth = torch.zeros(B, N + 1, dtype=torch.int64)
-    for i in range(N):  # topological order
-        depth[:, i + 1] = 1 + depth.gather(1, (parents[:, i] + 1).clamp_min(0)[:, None])[:, 0]
+    tested, accepted = tree_outcome(out.accepted_nodes(), parents, n_draft)
     earlier = torch.arange(N)[None, :] < torch.arange(N)[:, None]  # [N, N] j < i
-    rank = ((parents[:, :, None] == parents[:, None, :]) & earlier[None]).sum(-1)  # [B, N]
-    key = depth[:, 1:] * N + rank
+    rank = ((parents[:, :, None] == parents[:, None, :]) & earlier[None]).sum(-1)  # [B, N] sibling rank
+    key = node_depths(parents) * N + rank
     for name, mask in (("tree_tested", tested), ("tree_accepted", accepted)):
-        counts = torch.bincount(key[mask], minlength=0).tolist()
         table = getattr(stats, name)
-        for k, n in enumerate(counts):
+        for k, n in enumerate(torch.bincount(key[mask]).tolist()):
             if n:
                 table[(k // N, k % N)] = table.get((k // N, k % N), 0) + n
 

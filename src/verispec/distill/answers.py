@@ -51,11 +51,14 @@ __all__ = ["AnswerJob", "AnswerRun", "answer_shards", "by_length", "generate_ans
 
 @dataclass(frozen=True)
 class AnswerJob:
-    """One instruction to answer: a unique ``id``, its task ``family`` and the user ``text``."""
+    """One instruction to answer: a unique ``id``, its task ``family`` and the user ``text``;
+    ``chat=False`` sends ``text`` as it is (a conversation already rendered through the chat
+    template), whatever the run's ``chat``."""
 
     id: str
     family: str
     text: str
+    chat: bool = True
 
 
 @dataclass
@@ -157,7 +160,7 @@ def generate_answers(target: CausalLM, jobs: Sequence[AnswerJob], out: Path, *, 
             if time_budget_s and time.perf_counter() - t0 > time_budget_s:
                 return  # at a shard's start: a shard once begun is admitted whole, so no answer is lost
             for i in shards[si]:
-                prompts[i] = _encode(dec, jobs[i].text, max_prompt_tokens, chat)
+                prompts[i] = _encode(dec, jobs[i].text, max_prompt_tokens, chat and jobs[i].chat)
             for i in by_length(shards[si], prompts):
                 job = jobs[i]
                 temp = temperature if _sampled(job, seed, sample_frac) else 0.0
@@ -244,7 +247,7 @@ def batch_curve(target: CausalLM, jobs: Sequence[AnswerJob], batches: Sequence[i
     from ..sampling import SamplingParams
 
     dec = SpeculativeDecoder(target, None)
-    prompts = [_encode(dec, j.text, 512, chat) for j in jobs[: max(16, waves * max(batches))]]
+    prompts = [_encode(dec, j.text, 512, chat and j.chat) for j in jobs[: max(16, waves * max(batches))]]
     rows = []
     for b in batches:
         state = dec.start()
@@ -342,14 +345,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
 
 
 def read_jobs(path: Path, *, split: str = "", limit: int = 0) -> list[AnswerJob]:
-    """Instructions from a JSONL file (``id``, ``family``, ``text``, optional ``split``)."""
+    """Instructions from a JSONL file (``id``, ``family``, ``text``, optional ``split`` and ``chat``)."""
     jobs = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
             d = json.loads(line)
-            job = AnswerJob(str(d["id"]), str(d["family"]), str(d["text"]))
+            job = AnswerJob(str(d["id"]), str(d["family"]), str(d["text"]), d.get("chat", True) is not False)
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path}:{n}: not an instruction object with id, family, text ({e})") from None
         if not split or d.get("split") == split:

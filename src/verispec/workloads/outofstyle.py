@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .outofstyle_text import CHAT_PAIRS, LANG_NAMES, MATH_PROBLEMS, QA_QUESTIONS, TRANSLATION_ASKS, TRANSLATIONS
 
-__all__ = ["CATEGORIES", "SOURCES_PATH", "SPLIT_PATH", "build_lines", "doc_units", "handwritten_lines",
+__all__ = ["CATEGORIES", "SOURCES_PATH", "SPLIT_PATH", "base_verb", "build_lines", "distinct_passages", "doc_units", "handwritten_lines",
            "licence_passages", "main", "passage_lines", "render_turns", "source_versions"]
 
 CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -190,7 +190,7 @@ def _line(qid: str, category: str, turn: str, source: str, **extra) -> dict:
     return {"question_id": qid, "category": category, "turns": [turn], "source": source, **extra}
 
 
-def _base_verb(word: str) -> str:
+def base_verb(word: str) -> str:
     """``"Returns"`` -> ``"return"``: the docstring summary's verb as after "to"."""
     w = word.lower()
     if w.endswith(("ches", "shes", "sses", "xes", "zes")):
@@ -203,7 +203,7 @@ def _base_verb(word: str) -> str:
 def _rag_question(name: str, first: str, salt: str) -> str:
     tmpl = RAG_QUESTIONS[int(stable_key(salt, name)[:8], 16) % len(RAG_QUESTIONS)]
     verb, _, rest = first.partition(" ")
-    summary = f"{_base_verb(verb)} {rest}"
+    summary = f"{base_verb(verb)} {rest}"
     if tmpl.startswith(("Which function should I use", "I want to")) and not re.match(r"[A-Z]?[a-z]+ ", first):
         tmpl = RAG_QUESTIONS[0]
     return tmpl.format(name=name.split(".")[-1], summary=summary)
@@ -236,7 +236,7 @@ def _shingles(text: str, n: int = 8) -> set[tuple[str, ...]]:
     return {tuple(w[i:i + n]) for i in range(max(1, len(w) - n + 1))}
 
 
-def _distinct(passages: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+def distinct_passages(passages: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     """``passages`` without near-copies (a passage sharing over a fifth of its 8-word windows
     with an earlier one: numpy's chebfit, hermfit, lagfit ... share their docstrings)."""
     seen: set[tuple[str, ...]] = set()
@@ -251,8 +251,8 @@ def _distinct(passages: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, 
 
 def summary_lines(passages: Sequence[tuple[str, str, str]], n: int = PER_FAMILY + 4) -> list[dict]:
     """``n`` summarization prompts over ``passages`` (half licences, half docstrings if there are enough)."""
-    lic = _distinct([p for p in passages if p[0].startswith("licence:")])
-    doc = _distinct([p for p in passages if not p[0].startswith("licence:")])
+    lic = distinct_passages([p for p in passages if p[0].startswith("licence:")])
+    doc = distinct_passages([p for p in passages if not p[0].startswith("licence:")])
     take_doc = min(len(doc), n // 2)
     chosen = _pick(doc, take_doc, "sum-doc") + _pick(lic, n - take_doc, "sum-lic")
     lines = []

@@ -81,3 +81,12 @@ def torch_without_device():
                  "linspace"):
         setattr(fake, name, checked(name))
     return fake, missing
+
+
+@pytest.fixture
+def trees_always(monkeypatch):
+    """"tree" rows draft a tree every pass (the warm-up never ends): for tests of what trees
+    do, not of when the policy prefers them."""
+    import verispec.engine.kpolicy as kpolicy
+
+    monkeypatch.setattr(kpolicy, "MODE_WARMUP", 10**9)

@@ -23,6 +23,8 @@ from verispec.engine.costs import PassCosts
 from verispec.sampling import RowParams, SamplingParams
 from verispec.testing import tiny_eagle
 
+pytestmark = pytest.mark.usefixtures("trees_always")  # these tests are about the trees themselves
+
 GREEDY = SamplingParams(temperature=0)
 T1 = SamplingParams(temperature=1.0)
 V = 100

@@ -189,3 +189,74 @@ def test_rows_of_other_policies_keep_their_text_beside_tree_rows(target) -> None
     assert min(len(t) for t in together.values()) >= 16  # long texts: many draws after the first
     assert together[0] == run([req(0, 4)])[0]
     assert together[1] == run([req(1, "auto")])[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Trees or chains: what each mode has given a row
+
+def _run_modes(p: KRows, tokens: dict[bool, float], passes: int) -> list[bool]:
+    """``passes`` passes of one "tree" row that drafts what :meth:`KRows.wants_trees` says and
+    gets ``tokens[mode]`` tokens from each (a 9-column tree pass of 4 forwards feeding 13 nodes,
+    or a 5-column chain pass of 4 forwards)."""
+    wants = []
+    for _ in range(passes):
+        tree = bool(p.wants_trees()[0])
+        wants.append(tree)
+        p.observe_mode(tree, torch.tensor([tokens[tree]]), 9 if tree else 5, 4, 13 if tree else 0, CHEAP)
+    return wants
+
+
+@pytest.mark.parametrize("trees_win", [False, True])
+def test_a_tree_row_warms_up_then_drafts_the_mode_that_gives_more(trees_win) -> None:
+    from verispec.engine.kpolicy import MODE_PROBE, MODE_WARMUP
+
+    p = _policy(1, ["tree"])
+    p.asked = torch.tensor([8])
+    wants = _run_modes(p, {True: 3.0 if trees_win else 2.0, False: 2.2}, 2 * MODE_WARMUP + 3 * MODE_PROBE + 3)
+    assert wants[:2 * MODE_WARMUP] == [True] * MODE_WARMUP + [False] * MODE_WARMUP
+    after = wants[2 * MODE_WARMUP:]
+    other = [i for i, w in enumerate(after) if w != trees_win]  # the tries of the worse mode
+    assert 2 <= len(other) <= 3 and all(b - a > MODE_PROBE for a, b in zip(other, other[1:])), after
+
+
+def test_rows_not_asked_to_draft_or_not_tree_rows_give_no_evidence() -> None:
+    p = _policy(3, ["tree", "tree", "auto"])
+    p.asked = torch.tensor([4, 0, 4])
+    p.observe_mode(True, torch.tensor([3, 3, 3]), 9, 4, 13, CHEAP)
+    assert p.mode_passes.tolist() == [[0, 1], [0, 0], [0, 0]]
+    assert p.mode_tokens[0, 1].item() == 3.0 and p.mode_tokens[1:].abs().sum().item() == 0.0
+
+
+def test_a_tree_forward_is_priced_at_the_nodes_it_feeds() -> None:
+    """Measured rows: a forward feeding n nodes costs a draft step of n times the rows; a fixed
+    (seeded sampled) row reads the timing-free table: one step per forward, weights read once."""
+    from verispec.engine.costs import CostTables
+
+    measured = PassCosts({w: 1.0 + 0.1 * (w - 1) for w in range(1, 20)}, draft_step=0.05)
+    fixed = PassCosts({w: 1.0 + 0.3 * (w - 1) for w in range(1, 20)}, draft_step=0.02)
+    assert measured.tree_forward_cost(1, 1) == pytest.approx(0.05)
+    assert measured.tree_forward_cost(1, 4) == pytest.approx(4 * 0.05)  # no batch timings: B n rows cost n times
+    p = KRows(8)
+    p.add(["tree", "tree"], fixed=[False, True])
+    p.asked = torch.tensor([8, 8])
+    p.observe_mode(True, torch.tensor([2, 2]), 9, 4, 13, CostTables(measured, fixed))  # 13 / 4 nodes per forward
+    want_measured = measured.verify_cost(9) + 4 * measured.tree_forward_cost(2, 13 / 4)
+    want_fixed = fixed.verify_cost(9) + 4 * 0.02
+    assert p.mode_cost[:, 1].tolist() == pytest.approx([want_measured, want_fixed])
+    p.observe_mode(False, torch.tensor([2, 2]), 5, 4, 0, CostTables(measured, fixed))
+    assert p.mode_cost[:, 0].tolist() == pytest.approx([measured.verify_cost(5) + 4 * 0.05,
+                                                        fixed.verify_cost(5) + 4 * 0.02])
+
+
+def test_the_engine_drafts_trees_then_chains_as_the_warm_up_says(target, monkeypatch) -> None:
+    import verispec.engine.kpolicy as kpolicy
+
+    monkeypatch.setattr(kpolicy, "MODE_WARMUP", 2)  # the tiny target ends its answers early
+    drafter = EagleDrafter(tiny_eagle(target, seed=3))
+    asked = []
+    propose = drafter.propose
+    monkeypatch.setattr(drafter, "propose", lambda a: (asked.append(a.nodes is not None), propose(a))[1])
+    dec = SpeculativeDecoder(target, drafter, k="tree", costs=CHEAP)
+    res = dec.generate(["ba"], 40, GREEDY)
+    assert res.token_ids == SpeculativeDecoder(target, None).generate(["ba"], 40, GREEDY).token_ids
+    assert asked[:4] == [True, True, False, False], asked

@@ -74,6 +74,8 @@ class Draft:
             chain (parent = i - 1), the form every drafter produces today.
         child_draw: how siblings were drawn, one of :data:`CHILD_DRAWS`.
         forwards: draft model forward passes this proposal took.
+        fed: node positions those forwards computed per row (a tree's forward feeds its whole
+            frontier); 0 means one per forward.
         accept_prob: optional ``[B, N]`` float64: the drafter's estimate that node i is accepted
             given that its ancestors were, from the past only (e.g. prompt lookup's match
             length); NaN where it has none. The engine may cut a row's draft where another node
@@ -91,6 +93,7 @@ class Draft:
     forwards: int = 0
     accept_prob: torch.Tensor | None = field(default=None)
     confidence: torch.Tensor | None = field(default=None)
+    fed: int = 0
 
     def __post_init__(self) -> None:
         if self.child_draw not in CHILD_DRAWS:
@@ -138,7 +141,7 @@ class Draft:
             return None if x is None else x.to(device)
 
         return Draft(move(self.tokens), move(self.probs), move(self.num_draft), move(self.parents), self.child_draw,
-                     self.forwards, move(self.accept_prob), move(self.confidence))
+                     self.forwards, move(self.accept_prob), move(self.confidence), self.fed)
 
     def rows(self, index: torch.Tensor) -> Draft:
         """The rows ``index`` (int64 ``[n]``, on the draft's device), in that order."""
@@ -146,7 +149,7 @@ class Draft:
             return None if x is None else x[index]
 
         return Draft(self.tokens[index], pick(self.probs), self.num_draft[index], pick(self.parents), self.child_draw,
-                     self.forwards, pick(self.accept_prob), pick(self.confidence))
+                     self.forwards, pick(self.accept_prob), pick(self.confidence), self.fed)
 
     def cut(self, width: int) -> Draft:
         """The first ``width`` node slots of every row (``num_draft`` capped to match).
@@ -158,4 +161,4 @@ class Draft:
                      torch.minimum(self.num_draft, torch.tensor(width)),
                      None if self.parents is None else self.parents[:, :width], self.child_draw, self.forwards,
                      None if self.accept_prob is None else self.accept_prob[:, :width],
-                     None if self.confidence is None else self.confidence[:, :width])
+                     None if self.confidence is None else self.confidence[:, :width], self.fed)

@@ -285,7 +285,8 @@ def _compose(copied: Draft, drafted: Draft | None, use_copy: torch.Tensor, free:
     child_draw = (drafted.child_draw if drafted.child_draw in ("iid", "without_replacement") else "iid") \
         if dense else "top_k"
     return Draft(tokens.to(device), probs, num, parents.clone().to(device), child_draw,
-                 drafted.forwards if drafted is not None else 0, accept, conf)
+                 drafted.forwards if drafted is not None else 0, accept, conf,
+                 drafted.fed if drafted is not None else 0)
 
 
 def _dense_q(drafted: Draft, own: torch.Tensor, tokens: torch.Tensor, ask: DraftAsk, device: torch.device

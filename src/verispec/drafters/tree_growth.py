@@ -63,7 +63,7 @@ def draft_tree(logits: torch.Tensor, expand: Expand, ask: DraftAsk, vocab_map: t
     grown: list[tuple[torch.Tensor, ...]] = []  # per depth: tokens, parents, value, rank value, probs
     frontier = torch.full((B, 1), -1, dtype=torch.int64, device=device)  # node ids; -1: the root
     f_value = torch.ones(B, 1, dtype=torch.float64, device=device)  # -inf: no node
-    f_logits, n, calls = logits[:, None], 0, 0  # [B, F, V_d]
+    f_logits, n, calls, fed = logits[:, None], 0, 0, 1  # [B, F, V_d]
     for t in range(1, K + 1):
         values = torch.cat([g[2] for g in grown], 1) if grown else None
         f_value = f_value.masked_fill(~((t <= k) & _can_improve(values, f_value, budget))[:, None], -math.inf)
@@ -81,11 +81,11 @@ def draft_tree(logits: torch.Tensor, expand: Expand, ask: DraftAsk, vocab_map: t
             if not bool(go.any()):
                 break
         f_logits = expand(kids[0], kids[1])
-        calls += 1
+        calls, fed = calls + 1, fed + m
         frontier, n = torch.arange(n, n + m, device=device).expand(B, m), n + m
         f_value = kids[2].masked_fill(~go[:, None], -math.inf)
     d = _keep_best(grown, budget, device)
-    d.forwards = calls + 1
+    d.forwards, d.fed = calls + 1, fed
     return d, calls
 
 

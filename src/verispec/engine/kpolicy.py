@@ -16,6 +16,12 @@
   first) that maximises the expected tokens per second of the pass (:meth:`KRows.cut_tree`): a
   node's acceptance is the drafter's estimate calibrated online per row, its expected tokens the
   product along its path; a tree where several guesses pay, a chain or nothing where they do not.
+  Whether a row drafts a tree or a chain at all is decided by what each has given it: tokens per
+  pass over the pass's cost in its table's units (the verify width and the draft forwards, a
+  tree's forward priced at the nodes it feeds), decayed sums per mode. A row starts with
+  :data:`MODE_WARMUP` tree passes, then as many chain passes, then drafts the better mode and tries
+  the other once every :data:`MODE_PROBE` passes (a batch drafts trees only if every drafting row
+  wants one).
 
 Exactness: whether token i is drafted depends only on the tokens before it (never on token i
 itself, nor on any draw of the current pass), so each drafted token is an unconditioned draw
@@ -52,7 +58,8 @@ import torch
 from ..draft import tree_outcome
 from .costs import CostTables, PassCosts
 
-__all__ = ["KPolicy", "KRows", "check_k", "parse_k", "BUCKETS", "PROBE_EVERY", "ADAPTIVE"]
+__all__ = ["KPolicy", "KRows", "check_k", "parse_k", "BUCKETS", "PROBE_EVERY", "ADAPTIVE", "MODE_WARMUP",
+           "MODE_PROBE"]
 
 KPolicy = int | str  # an int, "heuristic", "auto" or "tree"
 ADAPTIVE = ("auto", "tree")  # the policies that weigh the pass costs
@@ -64,6 +71,9 @@ PROBE_EVERY = 8  # empty drafts in a row before one token is drafted anyway
 # rarely climbs back); with 8 it takes about forty, and on the built-in workloads tau rose or held.
 _PRIOR_STRENGTH = 8.0
 _FIRST_PRIOR = 0.5  # prior acceptance of a draft's first token
+MODE_WARMUP = 4  # passes of each mode (trees first) before a "tree" row compares them
+MODE_PROBE = 16  # passes of the better mode between two tries of the other
+_MODE_DECAY = 0.9  # weight of a mode's past per new pass of that mode (the context grows, passes cost more)
 
 
 def check_k(k: object, name: str = "k") -> KPolicy:
@@ -109,6 +119,10 @@ class KRows:
         self.node_tried = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # [B, buckets] tree nodes tested,
         self.node_passed = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # by the drafter's own estimate
         self.asked = torch.zeros(0, dtype=torch.int64)  # [B] model tokens the last :meth:`ask` allowed
+        self.mode_tokens = torch.zeros(0, 2, dtype=torch.float64)  # [B, chain | tree] decayed tokens per pass,
+        self.mode_cost = torch.zeros(0, 2, dtype=torch.float64)  # and pass costs (table units)
+        self.mode_passes = torch.zeros(0, 2, dtype=torch.int64)  # [B, 2] passes drafted in each mode
+        self.since_other = torch.zeros(0, dtype=torch.int64)  # [B] passes since the worse mode was tried
         prior = (torch.arange(BUCKETS + 1, dtype=torch.float64) - 0.5) / BUCKETS  # bucket centres
         prior[0] = _FIRST_PRIOR
         self.prior = prior  # [buckets]
@@ -130,9 +144,14 @@ class KRows:
         self.idle = torch.cat([self.idle, torch.zeros(n, dtype=torch.int64)])
         zeros = torch.zeros(n, BUCKETS + 1, dtype=torch.float64)
         self.node_tried, self.node_passed = torch.cat([self.node_tried, zeros]), torch.cat([self.node_passed, zeros])
+        self.mode_tokens = torch.cat([self.mode_tokens, torch.zeros(n, 2, dtype=torch.float64)])
+        self.mode_cost = torch.cat([self.mode_cost, torch.zeros(n, 2, dtype=torch.float64)])
+        self.mode_passes = torch.cat([self.mode_passes, torch.zeros(n, 2, dtype=torch.int64)])
+        self.since_other = torch.cat([self.since_other, torch.zeros(n, dtype=torch.int64)])
 
     def keep(self, rows: torch.Tensor) -> None:
-        for name in ("k", "heuristic", "auto", "tree", "fixed", "tried", "passed", "idle", "node_tried", "node_passed"):
+        for name in ("k", "heuristic", "auto", "tree", "fixed", "tried", "passed", "idle", "node_tried", "node_passed",
+                     "mode_tokens", "mode_cost", "mode_passes", "since_other"):
             setattr(self, name, getattr(self, name)[rows])
         self.any_auto = bool(self.auto.any())
 
@@ -323,13 +342,65 @@ class KRows:
 
     def nodes(self, k: torch.Tensor) -> torch.Tensor | None:
         """``[B]`` the node budget of each row's tree (``max_k``), or ``None`` (chains for every row)
-        unless every row that drafts is a "tree" row: a batch drafts trees or chains as a whole,
-        so that a row of another policy drafts and cuts its chain as it would alone (its text,
-        for a seeded sampled row, depends on that)."""
+        unless every row that drafts is a "tree" row that wants a tree (:meth:`wants_trees`): a
+        batch drafts trees or chains as a whole, so that a row of another policy drafts and cuts
+        its chain as it would alone (its text, for a seeded sampled row, depends on that)."""
         drafting = k > 0
-        if not bool((self.tree & drafting).any()) or bool((drafting & ~self.tree).any()):
+        trees = self.tree & drafting & self.wants_trees()
+        if not bool(trees.any()) or bool((drafting & ~trees).any()):
             return None
-        return torch.where(self.tree & drafting, self.max_k, 0)
+        return torch.where(trees, self.max_k, 0)
+
+    def wants_trees(self) -> torch.Tensor:
+        """``[B]`` bool: the "tree" rows whose next pass should draft a tree: during the warm-up
+        (:data:`MODE_WARMUP` passes of each mode, trees first), then where trees have given more
+        tokens per cost than chains, except on every :data:`MODE_PROBE`-th pass, which tries the
+        other mode. The measured rows of a batch (B >= 2) compare the batch's sums (they share its
+        passes)."""
+        better = self._better()
+        warm_tree = self.mode_passes[:, 1] < MODE_WARMUP
+        warm_chain = ~warm_tree & (self.mode_passes[:, 0] < MODE_WARMUP)
+        probe = self.since_other >= MODE_PROBE
+        want = torch.where(warm_tree, True, torch.where(warm_chain, False, better ^ probe))
+        return want & self.tree
+
+    def observe_mode(self, tree: bool, tokens: torch.Tensor, width: int, forwards: int, fed: int,
+                     costs: PassCosts | CostTables) -> None:
+        """After a pass that drafted trees (``tree``) or chains: each "tree" row that was asked to
+        draft adds its ``tokens [B]`` (emitted) and the pass's cost in its table's units, a pass of
+        ``width`` columns and ``forwards`` draft forwards that fed ``fed`` node positions per row
+        (0: one per forward). A tree forward of n nodes costs a draft step of a batch n times as
+        large (the measured table) or one step (the reference table: weights read once)."""
+        rows = self.tree & (self.asked > 0) if len(self.asked) == len(self.tree) else self.tree
+        if not bool(rows.any()):
+            return
+        B = len(self.k)
+        v, c = self.costs(costs, width)
+        n = fed / forwards if tree and forwards and fed > forwards else 1.0  # nodes per draft forward
+        if n > 1.0:
+            t = CostTables.of(costs)
+            c = torch.where(self.fixed, c, t.measured.tree_forward_cost(B, n))
+        cost = v[:, width] + forwards * c  # [B]
+        m = int(tree)
+        better_before = self._better()
+        self.mode_tokens[:, m] = torch.where(rows, _MODE_DECAY * self.mode_tokens[:, m] + tokens.double(),
+                                             self.mode_tokens[:, m])
+        self.mode_cost[:, m] = torch.where(rows, _MODE_DECAY * self.mode_cost[:, m] + cost, self.mode_cost[:, m])
+        self.mode_passes[:, m] += rows.long()
+        self.since_other = torch.where(rows, torch.where(better_before == tree, self.since_other + 1, 0),
+                                       self.since_other)
+
+    def _better(self) -> torch.Tensor:
+        """``[B]`` bool: trees have given at least the tokens per cost of chains; the measured rows
+        of a batch (B >= 2) by the batch's sums (they share its passes), the others by their own."""
+        tokens, cost = self.mode_tokens, self.mode_cost  # [B, 2]
+        group = self._pooled()
+        if group is not None:
+            g = group[:, None]
+            tokens = torch.where(g, (tokens * g).sum(0, keepdim=True), tokens)
+            cost = torch.where(g, (cost * g).sum(0, keepdim=True), cost)
+        rate = tokens / cost.clamp_min(1e-12)
+        return rate[:, 1] >= rate[:, 0]
 
     def predict_nodes(self, estimate: torch.Tensor) -> torch.Tensor:
         """``[B, N]`` calibrated P(node accepted | its parent was) from the drafter's own

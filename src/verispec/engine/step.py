@@ -197,6 +197,9 @@ def commit(m: Models, state: BatchState, d: Draft, out: Verification, hidden: to
     if m.drafter is not None:  # the K policies learn from what was drafted
         if d.parents is not None:
             state.policy.observe_tree(out.accepted_nodes(), d.parents, n_draft, d.accept_prob)
+        if m.drafter.drafts_trees and bool(state.policy.tree.any()):  # "tree" rows weigh trees against chains
+            state.policy.observe_mode(d.parents is not None, out.num_accepted.cpu() + 1, d.width + 1, d.forwards,
+                                      d.fed, state.costs)
         evidence = state.policy.observe(out.num_accepted.cpu(), n_draft, d.confidence)
         if evidence is not None:
             add_calibration(state.stats, evidence)

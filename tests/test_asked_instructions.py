@@ -76,3 +76,17 @@ def test_a_line_marked_chat_false_reaches_the_target_as_it_is(tiny_target, tmp_p
     got = {jid: t["input_ids"][b, : int(t["prompt_len"][b])].tolist() for b, jid in enumerate(ids)}
     assert got == {"a": dec.encode(["abc d"], chat=True)[0], "b": dec.encode(["abc d"], chat=False)[0]}
     assert AnswerJob("x", "qa", "t").chat  # the default: the run's chat setting applies
+
+
+def test_spec_bench_lines_are_read_as_instructions(tmp_path) -> None:
+    """The out-of-style split answers through ``distill answers`` as it is: the first turn, the
+    category as the family, a rendered conversation (``"chat": false``) as plain text."""
+    lines = [{"question_id": "qa-00", "category": "qa", "turns": ["who painted the mona lisa"]},
+             {"question_id": "mt-00", "category": "mt_bench", "turns": ["<|im_start|>user\nhi"], "chat": False}]
+    path = tmp_path / "split.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    assert read_jobs(path) == [AnswerJob("qa-00", "qa", "who painted the mona lisa"),
+                               AnswerJob("mt-00", "mt_bench", "<|im_start|>user\nhi", chat=False)]
+    path.write_text(json.dumps({"question_id": "x", "category": "qa", "turns": []}) + "\n")
+    with pytest.raises(ValueError, match="split.jsonl:1"):
+        read_jobs(path)

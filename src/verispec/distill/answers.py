@@ -278,6 +278,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--limit", type=int, default=0, help="first N instructions only (0 = all)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--max-prompt-tokens", type=int, default=512,
+                    help="longer prompts keep the start of their text (default %(default)s)")
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--sample-frac", type=float, default=0.25, help="share of answers sampled at --temperature")
     ap.add_argument("--temperature", type=float, default=0.8)
@@ -335,7 +337,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
                 run = generate_answers(target, jobs, out, max_new_tokens=args.max_new_tokens,
                                        max_batch=args.max_batch, shard_size=args.shard_size, seed=args.seed,
                                        sample_frac=args.sample_frac, temperature=args.temperature,
-                                       features=args.features, time_budget_s=args.time_budget, on_progress=report,
+                                       max_prompt_tokens=args.max_prompt_tokens, features=args.features, time_budget_s=args.time_budget, on_progress=report,
                                        on_pass=(lambda r: trace.write(json.dumps(r) + "\n")) if trace else None)
         console.print(f"done: {run.written} shards written, {run.skipped} already there; {run.answers} answers, "
                       f"{run.tokens} tokens in {run.seconds:.0f} s = {run.tokens_per_second:.1f} tok/s")
@@ -345,16 +347,21 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
 
 
 def read_jobs(path: Path, *, split: str = "", limit: int = 0) -> list[AnswerJob]:
-    """Instructions from a JSONL file (``id``, ``family``, ``text``, optional ``split`` and ``chat``)."""
+    """Instructions from a JSONL file: ``id``, ``family``, ``text`` (optional ``split`` and
+    ``chat``), or Spec-Bench question lines (``question_id``, ``category``, ``turns``: the first
+    turn is answered; optional ``chat``)."""
     jobs = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
             d = json.loads(line)
+            if "turns" in d and "text" not in d:
+                d = {**d, "id": d["question_id"], "family": d["category"], "text": d["turns"][0]}
             job = AnswerJob(str(d["id"]), str(d["family"]), str(d["text"]), d.get("chat", True) is not False)
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}:{n}: not an instruction object with id, family, text ({e})") from None
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise ValueError(f"{path}:{n}: not an instruction object with id, family, text "
+                             f"(or question_id, category, turns) ({e})") from None
         if not split or d.get("split") == split:
             jobs.append(job)
     return jobs[:limit] if limit else jobs

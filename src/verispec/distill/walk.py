@@ -115,14 +115,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=4, help="drafts per pass (default 4)")
     ap.add_argument("--first", type=int, default=0, help="only passes within the first N answer tokens (0 = all)")
     ap.add_argument("--target", default="smollm2-135m")
+    ap.add_argument("--by-family", action="store_true", help="also alpha per task family")
     args = ap.parse_args(argv)
     if args.k < 1:
         ap.error(f"--k must be >= 1, got {args.k}")
     if args.first < 0:
         ap.error(f"--first must be >= 0, got {args.first}")
     held = Path(args.heldout)
-    if not held.is_dir() or not any(held.glob("*.safetensors")):
-        ap.error(f"--heldout {held}: no answer shards (*.safetensors) there")
+    shards = sorted(held.rglob("*.safetensors")) if held.is_dir() else []
+    if not shards:
+        ap.error(f"--heldout {held}: no answer shards (*.safetensors) there or in its folders")
     from ..models import load_causal_lm
     from .eagle_stage import init_head
     from .head import load_answers
@@ -134,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ValueError, OSError) as e:
             ap.error(f"--head {name!r}: {e}")
     target = load_causal_lm(args.target)
-    answers, _ = load_answers(sorted(held.glob("*.safetensors")))
+    answers, families = load_answers(shards)
     span = "whole answers" if args.first == 0 else f"first {args.first} answer tokens"
     for name, init in heads.items():
         tf, c = walk_head(init.head, init.vocab_map, target, answers, args.k, args.first)
@@ -143,6 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{c.after_rejection_accepted / max(1, c.after_rejection):.3f}, n {c.after_rejection}; after a full "
               f"accept {c.after_full_accepted / max(1, c.after_full):.3f}, n {c.after_full}); alpha {c.alpha:.3f} "
               f"({c.accepted} of {c.tested} tested, {c.passes} passes)")
+        for family in sorted(set(families)) if args.by_family else ():
+            rows = torch.tensor([i for i, f in enumerate(families) if f == family])
+            tf, c = walk_head(init.head, init.vocab_map, target, answers.subset(rows), args.k, args.first)
+            print(f"  {family:<15} {len(rows):>4} answers: step-1 agreement {tf:.3f}, alpha {c.alpha:.3f} "
+                  f"({c.accepted} of {c.tested}), first draft accepted {c.first_rate:.3f}")
     return 0
 
 

@@ -162,7 +162,7 @@ def test_a_tree_generation_reports_acceptance_by_depth_and_rank(target) -> None:
     assert "tree_acceptance" in st.as_dict()
 
 
-def test_greedy_trees_take_the_argmax_path_and_emit_what_the_general_path_does(target, monkeypatch) -> None:
+def test_greedy_trees_take_the_argmax_path_and_emit_what_the_general_path_does(target, monkeypatch, trees_always) -> None:
     from verispec.engine import step as step_mod
 
     def run():
@@ -196,13 +196,13 @@ def test_rows_of_other_policies_keep_their_text_beside_tree_rows(target) -> None
 
 def _run_modes(p: KRows, tokens: dict[bool, float], passes: int) -> list[bool]:
     """``passes`` passes of one "tree" row that drafts what :meth:`KRows.wants_trees` says and
-    gets ``tokens[mode]`` tokens from each (a 9-column tree pass of 4 forwards feeding 13 nodes,
-    or a 5-column chain pass of 4 forwards)."""
+    gets ``tokens[mode]`` tokens from each, every step taking 10 ms (a 9-column tree pass of 4
+    forwards feeding 13 nodes, or a 5-column chain pass of 4 forwards)."""
     wants = []
     for _ in range(passes):
         tree = bool(p.wants_trees()[0])
         wants.append(tree)
-        p.observe_mode(tree, torch.tensor([tokens[tree]]), 9 if tree else 5, 4, 13 if tree else 0, CHEAP)
+        p.observe_mode(tree, torch.tensor([tokens[tree]]), 9 if tree else 5, 4, 13 if tree else 0, CHEAP, 0.01)
     return wants
 
 
@@ -222,30 +222,25 @@ def test_a_tree_row_warms_up_then_drafts_the_mode_that_gives_more(trees_win) -> 
 def test_rows_not_asked_to_draft_or_not_tree_rows_give_no_evidence() -> None:
     p = _policy(3, ["tree", "tree", "auto"])
     p.asked = torch.tensor([4, 0, 4])
-    p.observe_mode(True, torch.tensor([3, 3, 3]), 9, 4, 13, CHEAP)
+    p.observe_mode(True, torch.tensor([3, 3, 3]), 9, 4, 13, CHEAP, 0.01)
     assert p.mode_passes.tolist() == [[0, 1], [0, 0], [0, 0]]
     assert p.mode_tokens[0, 1].item() == 3.0 and p.mode_tokens[1:].abs().sum().item() == 0.0
 
 
-def test_a_tree_forward_is_priced_at_the_nodes_it_feeds() -> None:
-    """Measured rows: a forward feeding n nodes costs a draft step of n times the rows; a fixed
-    (seeded sampled) row reads the timing-free table: one step per forward, weights read once."""
+def test_a_measured_row_counts_the_wall_clock_a_fixed_row_its_table() -> None:
+    """A measured row's pass costs the step's seconds (what a tree's drafting really took); a
+    fixed (seeded sampled) row's its timing-free table: v(width) and a draft step per node fed."""
     from verispec.engine.costs import CostTables
 
     measured = PassCosts({w: 1.0 + 0.1 * (w - 1) for w in range(1, 20)}, draft_step=0.05)
     fixed = PassCosts({w: 1.0 + 0.3 * (w - 1) for w in range(1, 20)}, draft_step=0.02)
-    assert measured.tree_forward_cost(1, 1) == pytest.approx(0.05)
-    assert measured.tree_forward_cost(1, 4) == pytest.approx(4 * 0.05)  # no batch timings: B n rows cost n times
     p = KRows(8)
     p.add(["tree", "tree"], fixed=[False, True])
     p.asked = torch.tensor([8, 8])
-    p.observe_mode(True, torch.tensor([2, 2]), 9, 4, 13, CostTables(measured, fixed))  # 13 / 4 nodes per forward
-    want_measured = measured.verify_cost(9) + 4 * measured.tree_forward_cost(2, 13 / 4)
-    want_fixed = fixed.verify_cost(9) + 4 * 0.02
-    assert p.mode_cost[:, 1].tolist() == pytest.approx([want_measured, want_fixed])
-    p.observe_mode(False, torch.tensor([2, 2]), 5, 4, 0, CostTables(measured, fixed))
-    assert p.mode_cost[:, 0].tolist() == pytest.approx([measured.verify_cost(5) + 4 * 0.05,
-                                                        fixed.verify_cost(5) + 4 * 0.02])
+    p.observe_mode(True, torch.tensor([2, 2]), 9, 4, 13, CostTables(measured, fixed), 0.031)
+    assert p.mode_cost[:, 1].tolist() == pytest.approx([0.031, fixed.verify_cost(9) + 13 * 0.02])
+    p.observe_mode(False, torch.tensor([2, 2]), 5, 4, 0, CostTables(measured, fixed), 0.027)
+    assert p.mode_cost[:, 0].tolist() == pytest.approx([0.027, fixed.verify_cost(5) + 4 * 0.02])
 
 
 def test_the_engine_drafts_trees_then_chains_as_the_warm_up_says(target, monkeypatch) -> None:

@@ -145,13 +145,6 @@ class PassCosts:
         r = points[lo] if hi is None else points[lo] + (points[hi] - points[lo]) * (B - lo) / (hi - lo)
         return r * v1
 
-    def tree_forward_cost(self, B: int, n: float) -> float:
-        """A draft forward that feeds ``n`` nodes to each of ``B`` rows (a tree's depth), per row,
-        in the units of :meth:`table` (``rows=B``): a draft step of B n rows
-        (:meth:`draft_cost`), scaled from a one-token pass of B n rows to one of B rows."""
-        rows = max(1, round(B * n))
-        return self.draft_cost(rows) * self.batch_cost(rows, 1) / self.batch_cost(max(1, B), 1)
-
     def to_json(self) -> dict:
         """What :func:`load_costs` reads."""
         out = {"verify": {str(w): t for w, t in sorted(self.verify.items())}, "draft_step": self.draft_step}

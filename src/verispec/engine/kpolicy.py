@@ -17,8 +17,9 @@
   node's acceptance is the drafter's estimate calibrated online per row, its expected tokens the
   product along its path; a tree where several guesses pay, a chain or nothing where they do not.
   Whether a row drafts a tree or a chain at all is decided by what each has given it: tokens per
-  pass over the pass's cost in its table's units (the verify width and the draft forwards, a
-  tree's forward priced at the nodes it feeds), decayed sums per mode. A row starts with
+  pass over the pass's cost, decayed sums per mode; the cost is the step's wall clock for a
+  measured row (its text does not depend on it) and the timing-free table for a fixed one (the
+  verify width and a draft step per node fed). A row starts with
   :data:`MODE_WARMUP` tree passes, then as many chain passes, then drafts the better mode and tries
   the other once every :data:`MODE_PROBE` passes (a batch drafts trees only if every drafting row
   wants one).
@@ -28,10 +29,12 @@ itself, nor on any draw of the current pass), so each drafted token is an uncond
 from its q and the rule's proof holds.
 
 Reproducibility: the costs are tables fixed before the request (:mod:`verispec.engine.costs`),
-never live timings, and each row reads one of two (:class:`~verispec.engine.costs.CostTables`):
+and each row reads one of two (:class:`~verispec.engine.costs.CostTables`):
 a row flagged ``fixed`` (a seeded sampled "exact" row, whose text depends on its draft lengths) reads
 the timing-free table, the others (greedy, Gumbel: text independent of draft lengths) the
-measured one. The choice is a ``[B]`` mask applied with ``torch.where``, no per-row loop.
+measured one. The choice is a ``[B]`` mask applied with ``torch.where``, no per-row loop. The one
+live timing is a measured "tree" row's choice between trees and chains (the step's wall clock):
+it moves that row's speed, never its text; a fixed row's choice reads its table.
 
 Load: a measured row reads the measured table at the batch's real size B (the rows of the
 pass): the pass-width curve of B rows, V(B, w) / V(B, 1), against a draft step of B rows over a
@@ -365,22 +368,20 @@ class KRows:
         return want & self.tree
 
     def observe_mode(self, tree: bool, tokens: torch.Tensor, width: int, forwards: int, fed: int,
-                     costs: PassCosts | CostTables) -> None:
+                     costs: PassCosts | CostTables, seconds: float) -> None:
         """After a pass that drafted trees (``tree``) or chains: each "tree" row that was asked to
-        draft adds its ``tokens [B]`` (emitted) and the pass's cost in its table's units, a pass of
-        ``width`` columns and ``forwards`` draft forwards that fed ``fed`` node positions per row
-        (0: one per forward). A tree forward of n nodes costs a draft step of a batch n times as
-        large (the measured table) or one step (the reference table: weights read once)."""
+        draft adds its ``tokens [B]`` (emitted) and what the pass cost. A measured row (text
+        independent of its drafts) counts the step's wall clock, ``seconds``: drafting a tree
+        (a dense q per node at T > 0) and its wider pass cost what they cost on this machine. A
+        fixed row (seeded sampled: its text depends on its drafts) counts the timing-free table:
+        a pass of ``width`` columns and ``forwards`` draft forwards that fed ``fed`` node positions
+        per row (0: one per forward), each node priced at a draft step."""
         rows = self.tree & (self.asked > 0) if len(self.asked) == len(self.tree) else self.tree
         if not bool(rows.any()):
             return
-        B = len(self.k)
         v, c = self.costs(costs, width)
-        n = fed / forwards if tree and forwards and fed > forwards else 1.0  # nodes per draft forward
-        if n > 1.0:
-            t = CostTables.of(costs)
-            c = torch.where(self.fixed, c, t.measured.tree_forward_cost(B, n))
-        cost = v[:, width] + forwards * c  # [B]
+        nodes = fed if tree and fed > forwards else forwards
+        cost = torch.where(self.fixed, v[:, width] + nodes * c, seconds)  # [B]
         m = int(tree)
         better_before = self._better()
         self.mode_tokens[:, m] = torch.where(rows, _MODE_DECAY * self.mode_tokens[:, m] + tokens.double(),

@@ -68,6 +68,7 @@ class BatchState:
     stats: GenerationStats
     epoch: int
     pending: list[RequestOutput] = field(default_factory=list)
+    step_started: float = 0.0  # perf_counter() at the start of the current step
 
     def __len__(self) -> int:
         """Requests not yet reported finished: the running rows, and rows that finished at their

@@ -74,7 +74,7 @@ class Models:
 
 def step(m: Models, state: BatchState) -> list[RequestOutput]:
     """Advance every row of ``state`` by one target pass; what each request got, finished rows retired."""
-    t0 = time.perf_counter()
+    t0 = state.step_started = time.perf_counter()
     d = draft(m, state)
     logits, hidden = target_pass(m, state, d)
     out = verify_step(m, state, d, logits)
@@ -199,7 +199,7 @@ def commit(m: Models, state: BatchState, d: Draft, out: Verification, hidden: to
             state.policy.observe_tree(out.accepted_nodes(), d.parents, n_draft, d.accept_prob)
         if m.drafter.drafts_trees and bool(state.policy.tree.any()):  # "tree" rows weigh trees against chains
             state.policy.observe_mode(d.parents is not None, out.num_accepted.cpu() + 1, d.width + 1, d.forwards,
-                                      d.fed, state.costs)
+                                      d.fed, state.costs, time.perf_counter() - state.step_started)
         evidence = state.policy.observe(out.num_accepted.cpu(), n_draft, d.confidence)
         if evidence is not None:
             add_calibration(state.stats, evidence)

@@ -123,7 +123,7 @@ class KRows:
         self.node_passed = torch.zeros(0, BUCKETS + 1, dtype=torch.float64)  # by the drafter's own estimate
         self.asked = torch.zeros(0, dtype=torch.int64)  # [B] model tokens the last :meth:`ask` allowed
         self.mode_tokens = torch.zeros(0, 2, dtype=torch.float64)  # [B, chain | tree] decayed tokens per pass,
-        self.mode_cost = torch.zeros(0, 2, dtype=torch.float64)  # and pass costs (table units)
+        self.mode_cost = torch.zeros(0, 2, dtype=torch.float64)  # and pass costs (seconds, or fixed rows: table units)
         self.mode_passes = torch.zeros(0, 2, dtype=torch.int64)  # [B, 2] passes drafted in each mode
         self.since_other = torch.zeros(0, dtype=torch.int64)  # [B] passes since the worse mode was tried
         prior = (torch.arange(BUCKETS + 1, dtype=torch.float64) - 0.5) / BUCKETS  # bucket centres

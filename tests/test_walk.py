@@ -66,3 +66,46 @@ def test_bad_arguments_are_named(tmp_path, capsys):
         main(["--head", str(tmp_path / "no-head"), "--heldout", str(tmp_path)])
     err = capsys.readouterr().err
     assert "error: --head" in err and "no-head" in err
+
+
+def test_by_family_walks_each_familys_answers_and_finds_shards_in_sub_folders(tmp_path, capsys, monkeypatch):
+    """``--by-family``: one walk over every answer, then one per family over exactly its rows
+    (the loaders and the walk replaced: what is checked is which rows each walk gets)."""
+    import types
+
+    import verispec.distill.eagle_stage as eagle_stage
+    import verispec.distill.head as head
+    import verispec.distill.walk as walk
+    import verispec.models as models
+    from verispec.distill.walk import WalkCounts
+
+    (tmp_path / "chat").mkdir()
+    (tmp_path / "chat" / "answers-00000.safetensors").write_bytes(b"")
+    (tmp_path / "raw.safetensors").write_bytes(b"")
+    families = ["qa", "math", "qa", "rag"]
+    seen = {}
+
+    class Answers:
+        def __init__(self, rows):
+            self.rows = rows
+
+        def subset(self, idx):
+            return Answers([self.rows[i] for i in idx.tolist()])
+
+    def load_answers(paths):
+        seen["paths"] = sorted(p.name for p in paths)
+        return Answers(list(range(len(families)))), families
+
+    def walk_head(head_, vocab_map, target, answers, k, first):
+        seen.setdefault("walks", []).append(answers.rows)
+        return 0.5, WalkCounts(passes=1, accepted=len(answers.rows), tested=4)
+
+    monkeypatch.setattr(head, "load_answers", load_answers)
+    monkeypatch.setattr(eagle_stage, "init_head", lambda name: types.SimpleNamespace(head=None, vocab_map=None))
+    monkeypatch.setattr(models, "load_causal_lm", lambda name: None)
+    monkeypatch.setattr(walk, "walk_head", walk_head)
+    assert main(["--head", "h", "--heldout", str(tmp_path), "--by-family"]) == 0
+    assert seen["paths"] == ["answers-00000.safetensors", "raw.safetensors"]
+    assert seen["walks"] == [[0, 1, 2, 3], [1], [0, 2], [3]]  # all, then math, qa, rag
+    out = capsys.readouterr().out
+    assert "qa" in out and "2 answers" in out and "alpha 0.500" in out

@@ -255,3 +255,25 @@ def test_the_engine_drafts_trees_then_chains_as_the_warm_up_says(target, monkeyp
     res = dec.generate(["ba"], 40, GREEDY)
     assert res.token_ids == SpeculativeDecoder(target, None).generate(["ba"], 40, GREEDY).token_ids
     assert asked[:4] == [True, True, False, False], asked
+
+
+def test_measured_rows_start_from_what_earlier_requests_learned_fixed_rows_do_not() -> None:
+    """A decoder's memory of the two modes: once both were seen, a new measured row skips the
+    warm-up and drafts the better mode (chains here); a fixed row ignores it (its text depends on
+    its own history only) and warms up with trees."""
+    from verispec.engine.kpolicy import MODE_WARMUP, ModeMemory
+
+    memory = ModeMemory()
+    first = KRows(8, memory)
+    first.add(["tree"])
+    first.asked = torch.tensor([8])
+    _run_modes(first, {True: 2.0, False: 2.4}, 2 * MODE_WARMUP + 4)
+    assert memory.known() and memory.passes.sum().item() == 2 * MODE_WARMUP + 4
+    later = KRows(8, memory)
+    later.add(["tree", "tree"], fixed=[False, True])
+    assert later.wants_trees().tolist() == [False, True]
+    fixed_only = KRows(8, ModeMemory())
+    fixed_only.add(["tree"], fixed=[True])
+    fixed_only.asked = torch.tensor([8])
+    fixed_only.observe_mode(False, torch.tensor([3]), 5, 4, 0, CHEAP, 0.01)
+    assert fixed_only.memory.passes.sum().item() == 0  # fixed rows teach the memory nothing

@@ -24,7 +24,7 @@ from ..kv import KVRunner, prefill
 from ..sampling import RowParams, SamplingParams
 from ..verify import VERIFY_METHODS
 from .costs import CostTables, PassCosts, load_costs, measure_pass_costs, reference_costs
-from .kpolicy import ADAPTIVE, KPolicy, KRows, check_k
+from .kpolicy import ADAPTIVE, KPolicy, KRows, ModeMemory, check_k
 from .requests import Completion, Request, RequestOutput, int64_seeds, int_list
 from .state import BatchState, Row
 from .stats import GenerationResult, GenerationStats
@@ -80,6 +80,7 @@ class SpeculativeDecoder:
         self.models = Models.of(target, drafter)
         self._epoch = 0
         self._ids = itertools.count()
+        self._modes = ModeMemory()  # what trees and chains gave earlier requests' measured "tree" rows
         if isinstance(costs, (str, os.PathLike)):
             costs = load_costs(costs, "costs")
         elif costs is not None and not isinstance(costs, PassCosts):
@@ -125,8 +126,8 @@ class SpeculativeDecoder:
         # No cost table yet: only "auto" rows read one, and the first to join times it (see add).
         state = BatchState([], KVRunner(self.target.model, 0), torch.zeros(0, dtype=torch.int64, device=device),
                            torch.zeros(0, dtype=torch.int64, device=device), RowParams.of([]),
-                           torch.zeros(0, dtype=torch.bool), KRows(self.max_k), _UNTIMED, GenerationStats(),
-                           self._epoch)
+                           torch.zeros(0, dtype=torch.bool), KRows(self.max_k, self._modes), _UNTIMED,
+                           GenerationStats(), self._epoch)
         if self.drafter is not None:
             self.drafter.keep(torch.zeros(0, dtype=torch.int64))
         if requests:

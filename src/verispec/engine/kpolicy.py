@@ -22,7 +22,8 @@
   verify width and a draft step per node fed). A row starts with
   :data:`MODE_WARMUP` tree passes, then as many chain passes, then drafts the better mode and tries
   the other once every :data:`MODE_PROBE` passes (a batch drafts trees only if every drafting row
-  wants one).
+  wants one). A measured row starts instead from what the two modes gave the decoder's earlier
+  measured rows (:class:`ModeMemory`), once it has seen both.
 
 Exactness: whether token i is drafted depends only on the tokens before it (never on token i
 itself, nor on any draw of the current pass), so each drafted token is an unconditioned draw
@@ -61,8 +62,8 @@ import torch
 from ..draft import tree_outcome
 from .costs import CostTables, PassCosts
 
-__all__ = ["KPolicy", "KRows", "check_k", "parse_k", "BUCKETS", "PROBE_EVERY", "ADAPTIVE", "MODE_WARMUP",
-           "MODE_PROBE"]
+__all__ = ["KPolicy", "KRows", "ModeMemory", "check_k", "parse_k", "BUCKETS", "PROBE_EVERY", "ADAPTIVE",
+           "MODE_WARMUP", "MODE_PROBE"]
 
 KPolicy = int | str  # an int, "heuristic", "auto" or "tree"
 ADAPTIVE = ("auto", "tree")  # the policies that weigh the pass costs
@@ -77,6 +78,7 @@ _FIRST_PRIOR = 0.5  # prior acceptance of a draft's first token
 MODE_WARMUP = 4  # passes of each mode (trees first) before a "tree" row compares them
 MODE_PROBE = 16  # passes of the better mode between two tries of the other
 _MODE_DECAY = 0.9  # weight of a mode's past per new pass of that mode (the context grows, passes cost more)
+_MEMORY_DECAY = 0.99  # the same across requests, per row-pass: the last few hundred passes count
 
 
 def check_k(k: object, name: str = "k") -> KPolicy:
@@ -104,12 +106,37 @@ def buckets_of(conf: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(conf), 0, b)
 
 
+class ModeMemory:
+    """What trees and chains gave the measured "tree" rows of earlier requests (one per decoder):
+    decayed sums of tokens per pass and of step seconds per mode, so that a new request starts
+    from them instead of a warm-up. Only measured rows read or write it: a fixed row's choice must
+    be a function of its own history (its text depends on it)."""
+
+    def __init__(self) -> None:
+        self.tokens = torch.zeros(2, dtype=torch.float64)  # [chain | tree]
+        self.cost = torch.zeros(2, dtype=torch.float64)
+        self.passes = torch.zeros(2, dtype=torch.int64)
+
+    def known(self) -> bool:
+        """Both modes seen for a warm-up's worth of passes."""
+        return bool((self.passes >= MODE_WARMUP).all())
+
+    def add(self, m: int, tokens: torch.Tensor, cost: torch.Tensor) -> None:
+        """Passes of mode ``m``: one ``tokens [n]`` and ``cost [n]`` per row, added one after another."""
+        n = len(tokens)
+        w = _MEMORY_DECAY ** torch.arange(n - 1, -1, -1, dtype=torch.float64)  # [n] the later, the heavier
+        self.tokens[m] = _MEMORY_DECAY ** n * self.tokens[m] + (w * tokens.double()).sum()
+        self.cost[m] = _MEMORY_DECAY ** n * self.cost[m] + (w * cost.double()).sum()
+        self.passes[m] += n
+
+
 class KRows:
     """The draft-length policy state of every row of a batch (rows join with :meth:`add` and
     leave with :meth:`keep`)."""
 
-    def __init__(self, max_k: int) -> None:
+    def __init__(self, max_k: int, memory: ModeMemory | None = None) -> None:
         self.max_k = max_k
+        self.memory = memory  # the decoder's memory of the two modes (None: each row learns alone)
         self.k = torch.zeros(0, dtype=torch.int64)  # [B] fixed / heuristic K
         self.heuristic = torch.zeros(0, dtype=torch.bool)  # [B]
         self.auto = torch.zeros(0, dtype=torch.bool)  # [B] "auto" and "tree" rows
@@ -147,9 +174,17 @@ class KRows:
         self.idle = torch.cat([self.idle, torch.zeros(n, dtype=torch.int64)])
         zeros = torch.zeros(n, BUCKETS + 1, dtype=torch.float64)
         self.node_tried, self.node_passed = torch.cat([self.node_tried, zeros]), torch.cat([self.node_passed, zeros])
-        self.mode_tokens = torch.cat([self.mode_tokens, torch.zeros(n, 2, dtype=torch.float64)])
-        self.mode_cost = torch.cat([self.mode_cost, torch.zeros(n, 2, dtype=torch.float64)])
-        self.mode_passes = torch.cat([self.mode_passes, torch.zeros(n, 2, dtype=torch.int64)])
+        tokens, cost = torch.zeros(n, 2, dtype=torch.float64), torch.zeros(n, 2, dtype=torch.float64)
+        passes = torch.zeros(n, 2, dtype=torch.int64)
+        if self.memory is not None and self.memory.known():  # measured rows start where earlier requests left off
+            start = ~fixed[:, None]
+            weight = MODE_WARMUP / self.memory.passes.clamp_min(1).double().clamp(max=1 / (1 - _MEMORY_DECAY))
+            tokens = torch.where(start, self.memory.tokens * weight, tokens)  # MODE_WARMUP passes' worth each
+            cost = torch.where(start, self.memory.cost * weight, cost)
+            passes = torch.where(start, MODE_WARMUP, passes)
+        self.mode_tokens = torch.cat([self.mode_tokens, tokens])
+        self.mode_cost = torch.cat([self.mode_cost, cost])
+        self.mode_passes = torch.cat([self.mode_passes, passes])
         self.since_other = torch.cat([self.since_other, torch.zeros(n, dtype=torch.int64)])
 
     def keep(self, rows: torch.Tensor) -> None:
@@ -388,6 +423,9 @@ class KRows:
                                              self.mode_tokens[:, m])
         self.mode_cost[:, m] = torch.where(rows, _MODE_DECAY * self.mode_cost[:, m] + cost, self.mode_cost[:, m])
         self.mode_passes[:, m] += rows.long()
+        shared = rows & ~self.fixed
+        if self.memory is not None and bool(shared.any()):
+            self.memory.add(m, tokens.double()[shared], cost[shared])
         self.since_other = torch.where(rows, torch.where(better_before == tree, self.since_other + 1, 0),
                                        self.since_other)
 

@@ -337,7 +337,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
                 run = generate_answers(target, jobs, out, max_new_tokens=args.max_new_tokens,
                                        max_batch=args.max_batch, shard_size=args.shard_size, seed=args.seed,
                                        sample_frac=args.sample_frac, temperature=args.temperature,
-                                       max_prompt_tokens=args.max_prompt_tokens, features=args.features, time_budget_s=args.time_budget, on_progress=report,
+                                       max_prompt_tokens=args.max_prompt_tokens, features=args.features,
+                                       time_budget_s=args.time_budget, on_progress=report,
                                        on_pass=(lambda r: trace.write(json.dumps(r) + "\n")) if trace else None)
         console.print(f"done: {run.written} shards written, {run.skipped} already there; {run.answers} answers, "
                       f"{run.tokens} tokens in {run.seconds:.0f} s = {run.tokens_per_second:.1f} tok/s")

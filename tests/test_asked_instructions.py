@@ -38,6 +38,12 @@ def test_emoji_things_are_single_lower_case_words() -> None:
     assert all(t.isalpha() and t.islower() for t in things), [t for t in things if not t.isalpha()][:5]
 
 
+def test_every_part_writes_a_declared_family() -> None:
+    short = [(f"pkg.mod.f{i}", f"Returns the thing number {i}", "Returns the thing. " * 20) for i in range(4)]
+    rows = asked._summaries([], short, 4) + asked._rag(short, 4) + asked._qa(short, 2, 2)
+    assert {r[0] for r in rows} | {"translation", "multiturn"} == set(asked.FAMILIES)
+
+
 def test_closed_book_questions_are_none_of_the_splits() -> None:
     rows = asked._qa([], 0, 10_000)  # the closed-book part only
     assert len(rows) > 600 and {r[0] for r in rows} == {"qa"}

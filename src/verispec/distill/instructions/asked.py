@@ -38,7 +38,10 @@ from pathlib import Path
 
 from ...workloads.outofstyle import base_verb, distinct_passages, doc_units, render_turns
 
-__all__ = ["PACKAGES", "asked_instructions", "city_names", "emoji_things", "main", "translation_sentences"]
+__all__ = ["FAMILIES", "PACKAGES", "asked_instructions", "city_names", "emoji_things", "main",
+           "translation_sentences"]
+
+FAMILIES = ("summarization", "rag", "qa", "translation", "multiturn")  # the lines' "family" values
 
 PACKAGES = ("torch", "sympy", "matplotlib", "pygments", "jinja2", "click", "pydantic", "rich", "httpx",
             "starlette", "fastapi", "hypothesis", "mpmath", "PIL", "requests", "transformers", "typer",

@@ -37,7 +37,8 @@ from pathlib import Path
 from .outofstyle_text import CHAT_PAIRS, LANG_NAMES, MATH_PROBLEMS, QA_QUESTIONS, TRANSLATION_ASKS, TRANSLATIONS
 
 __all__ = ["CATEGORIES", "SOURCES_PATH", "SPLIT_PATH", "base_verb", "build_lines", "distinct_passages", "doc_units",
-           "handwritten_lines", "licence_passages", "main", "passage_lines", "render_turns", "source_versions"]
+           "handwritten_lines", "licence_passages", "main", "passage_lines", "render_turns", "source_versions",
+           "stable_key"]
 
 CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 SPLIT_PATH = Path(__file__).parent.parent / "data" / "outofstyle" / "outofstyle.jsonl"

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import gettext
-import hashlib
 import json
 import re
 import sys
@@ -36,7 +35,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...workloads.outofstyle import base_verb, distinct_passages, doc_units, render_turns
+from ...workloads.outofstyle import base_verb, distinct_passages, doc_units, render_turns, stable_key
 
 __all__ = ["FAMILIES", "PACKAGES", "asked_instructions", "city_names", "emoji_things", "main",
            "translation_sentences"]
@@ -97,7 +96,8 @@ PER_FAMILY = {"summarization": 500, "rag": 700, "qa_docs": 300, "qa_closed": 600
 
 
 def _key(*parts: str) -> int:
-    return int(hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:12], 16)
+    """A stable integer key of ``parts`` (the split's :func:`stable_key`, its first 48 bits)."""
+    return int(stable_key(*parts)[:12], 16)
 
 
 def city_names(root: Path | None = None) -> list[str]:
@@ -130,7 +130,7 @@ def translation_sentences(lang: str, root: Path = Path("/usr/share/locale")) -> 
     for mo in sorted((root / lang / "LC_MESSAGES").glob("*.mo")):
         try:
             with open(mo, "rb") as f:
-                catalog = gettext.GNUTranslations(f)._catalog
+                catalog = gettext.GNUTranslations(f)._catalog  # gettext offers no public way to list messages
         except (OSError, ValueError, UnicodeDecodeError):
             continue
         for k, v in catalog.items():

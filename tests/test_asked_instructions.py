@@ -59,6 +59,62 @@ def test_translation_sentences_read_as_prose() -> None:
         assert 8 <= len(s.split()) <= 45 and s[-1] in ".!?" and "%" not in s and "<" not in s
 
 
+@pytest.mark.skipif(not Path("/usr/share/locale/de/LC_MESSAGES").is_dir(), reason="no German message catalogs")
+def test_part_two_translates_other_messages() -> None:
+    first, second = asked._translations(40), asked._translations(40, skip=40)
+    assert len(first) == len(second) == 40
+    assert not {r[2] for r in first} & {r[2] for r in second}
+    assert second == [r for r in asked._translations(80) if r not in first]  # the next ones, language by language
+
+
+def _short_units(n: int) -> list[tuple[str, str, str]]:
+    return [(f"pkg.mod.f{i}", f"Returns the thing number {i}", f"Returns the thing number {i}. It is unique to f{i}.")
+            for i in range(n)]
+
+
+def test_part_two_takes_the_documents_and_questions_after_part_ones() -> None:
+    short = _short_units(12)
+    one, two = asked._rag(short, 5), asked._rag(short, 5, start=5)
+    assert len(two) == 5 and not {r[1] for r in one} & {r[1] for r in two}
+    q_one = asked._qa(short, 4, 30)
+    q_two = asked._qa(short, 4, 30, start_docs=4, start_closed=30)
+    assert len(q_two) == 34 and not {r[1] for r in q_one} & {r[1] for r in q_two}
+
+
+def test_part_two_asks_for_the_same_summaries_in_other_words() -> None:
+    long = [(f"doc:pkg.mod{i}", f"pkg.mod{i}", f"Passage {i} " + "word " * 80) for i in range(6)]
+    one = {r[1]: r[2] for r in asked._summaries(long, [], 6)}
+    two = {r[1]: r[2] for r in asked._summaries(long, [], 6, reask=True)}
+    assert one.keys() == two.keys()
+    for src, text in one.items():
+        assert text != two[src] and long[int(src[-1])][2] in two[src]
+
+
+@pytest.mark.skipif(not (asked.ISO_CODES / "iso_3166-1.json").is_file(), reason="no ISO code lists")
+def test_world_questions_name_countries_currencies_languages_and_code() -> None:
+    rows = asked.world_questions()
+    tags = {src.split(":")[0] for src, _ in rows}
+    assert tags == {"iso3166", "iso4217", "iso639", "iso15924", "pygments"}
+    names = {src.split(":", 1)[1] for src, _ in rows}
+    assert {"Portugal", "Japan", "Euro", "French", "Python"} <= names
+    assert all(src.split(":", 1)[1] in q for src, q in rows)
+    assert asked.world_questions(Path("/nonexistent")) == [r for r in rows if r[0].startswith("pygments:")]
+
+
+def test_no_world_question_is_one_of_the_splits(monkeypatch) -> None:
+    asks = [("iso3166:Australia", QA_QUESTIONS[2].upper() + "?"), ("iso3166:Chad", "what is the capital of Chad")]
+    monkeypatch.setattr(asked, "world_questions", lambda: asks)
+    closed = asked._qa([], 0, 10_000, start_closed=10_000, world=True)
+    assert [r[2] for r in closed] == ["what is the capital of Chad"]
+
+
+def test_only_parts_one_and_two_exist() -> None:
+    with pytest.raises(ValueError, match="part must be 1 or 2"):
+        asked.asked_instructions(part=3)
+    with pytest.raises(SystemExit):
+        asked.main(["--out", "/tmp/x.jsonl", "--part", "3"])
+
+
 def test_rag_prompts_hold_the_document_their_question_names() -> None:
     short = [(f"pkg.mod.f{i}", f"Returns the thing number {i}", f"Returns the thing number {i}. It is unique to f{i}.")
              for i in range(8)]

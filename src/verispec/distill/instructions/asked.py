@@ -11,16 +11,22 @@ split's (which reads numpy / scipy / networkx docstrings, the licence texts and 
 * ``qa`` (closed-book, Natural Questions style): lower-case questions about the cities of the
   IANA time-zone database (``tzdata``, public domain) and the things named by single-word
   Unicode emoji names (:mod:`unicodedata`);
+* ``qa`` (closed-book, part 2 only): questions about the countries, currencies, languages and
+  scripts of the ISO code lists (``/usr/share/iso-codes/json``, the Debian ``iso-codes`` package,
+  LGPL-2.1+) and the programming languages Pygments knows (BSD-2);
 * ``translation``: translated UI messages (``msgstr``) of ``/usr/share/locale/{de,fr,es,it}``
   (each program's licence, GPL / LGPL), to translate into English;
 * ``multiturn``: a second turn after the target's own first answer from the kept archive
   ``more-train`` (its instructions are the template corpus's), rendered through the chat template
   (``"chat": false``).
 
-``python -m verispec.distill.instructions.asked --out FILE.jsonl`` writes
+``python -m verispec.distill.instructions.asked --out FILE.jsonl [--part 2]`` writes
 ``{"id", "family", "source", "split": "train", "text"[, "chat": false]}`` lines: a pure function
-of the installed packages, locale files and archive. Every line is a training line; the
-evaluation split is the out-of-style file.
+of the installed packages, locale and code-list files and archive. Part 2 takes, family by family,
+the candidates after part 1's (no family asks about a document, message, city or first answer it
+asked about in part 1), the ISO and Pygments questions, and asks for summaries of part 1's passages
+in other words. Every line
+is a training line; the evaluation split is the out-of-style file.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...workloads.outofstyle import base_verb, distinct_passages, doc_units, render_turns, stable_key
+from ...workloads.outofstyle_text import QA_QUESTIONS
 
 __all__ = ["FAMILIES", "PACKAGES", "asked_instructions", "city_names", "emoji_things", "main",
-           "translation_sentences"]
+           "translation_sentences", "world_questions"]
 
 FAMILIES = ("summarization", "rag", "qa", "translation", "multiturn")  # the lines' "family" values
 
@@ -93,6 +100,17 @@ FOLLOW_UPS = ("Can you make that shorter?", "Give me a concrete example.", "Now 
               "I didn't quite get it. Can you explain it differently?")
 PER_FAMILY = {"summarization": 500, "rag": 700, "qa_docs": 300, "qa_closed": 600, "translation": 800,
               "multiturn": 600}
+PART2 = {"summarization": 200, "rag": 400, "qa_docs": 300, "qa_closed": 900, "translation": 500, "multiturn": 300}
+ISO_CODES = Path("/usr/share/iso-codes/json")
+COUNTRY_QUESTIONS = ("what currency does {c} use", "where is {c} located", "what is the capital of {c}",
+                     "tell me about the history of {c}", "what languages are spoken in {c}",
+                     "what is {c} known for", "What's the climate like in {c}?", "is {c} a good place to travel")
+CURRENCY_QUESTIONS = ("which country uses the {m}", "what is the {m}", "what is the symbol of the {m}")
+LANGUAGE_QUESTIONS = ("where is {l} spoken", "how many people speak {l}", "is {l} hard to learn",
+                      "what language family does {l} belong to", "What alphabet does {l} use?")
+SCRIPT_QUESTIONS = ("what is the {s} script", "which languages are written in {s} script")
+CODE_QUESTIONS = ("what is {g} used for", "who created {g}", "is {g} a programming language",
+                  "What does {g} code look like?", "should i learn {g}")
 
 
 def _key(*parts: str) -> int:
@@ -144,25 +162,54 @@ def translation_sentences(lang: str, root: Path = Path("/usr/share/locale")) -> 
     return sorted(set(out))
 
 
-def _summaries(long: list, short: list, n: int) -> list[tuple[str, str, str]]:
-    """Long docstring passages first, then the longer function summaries (60+ words)."""
+def world_questions(root: Path = ISO_CODES) -> list[tuple[str, str]]:
+    """``(source, question)`` about the ISO 3166 countries, ISO 4217 currencies, ISO 639 languages
+    with a two-letter code and ISO 15924 scripts, and Pygments' languages (one wording each);
+    empty where the code lists are not installed."""
+    def load(name: str, key: str) -> list[dict]:
+        path = root / name
+        return json.loads(path.read_text(encoding="utf-8"))[key] if path.is_file() else []
+
+    def ask(tag: str, templates: tuple[str, ...], field: str, names: list[str]) -> list[tuple[str, str]]:
+        return [(f"{tag}:{v}", templates[_key(tag, v) % len(templates)].format(**{field: v})) for v in names]
+
+    import pygments.lexers
+    code = sorted({lexer[0] for lexer in pygments.lexers.get_all_lexers()
+                   if re.fullmatch(r"[A-Z][\w#+.]*( [A-Z][\w#+.]*)?", lexer[0]) and "With" not in lexer[0]})
+    countries = [d.get("common_name", d["name"]) for d in load("iso_3166-1.json", "3166-1")]
+    return (ask("iso3166", COUNTRY_QUESTIONS, "c", [c for c in countries if "," not in c])
+            + ask("iso4217", CURRENCY_QUESTIONS, "m", [d["name"] for d in load("iso_4217.json", "4217")
+                                                       if "Fund" not in d["name"] and "Code" not in d["name"]])
+            + ask("iso639", LANGUAGE_QUESTIONS, "l", [d["name"].split(";")[0] for d in load("iso_639-2.json", "639-2")
+                                                      if "alpha_2" in d])
+            + ask("iso15924", SCRIPT_QUESTIONS, "s", [d["name"] for d in load("iso_15924.json", "15924")
+                                                      if re.fullmatch(r"[A-Z][a-z]+", d["name"])])
+            + ask("pygments", CODE_QUESTIONS, "g", code))
+
+
+def _summaries(long: list, short: list, n: int, reask: bool = False) -> list[tuple[str, str, str]]:
+    """Long docstring passages first, then the longer function summaries (60+ words); ``reask``: the
+    same passages asked for in another of the :data:`SUMMARY` wordings (part 2)."""
     units = distinct_passages(long) + distinct_passages([(f"doc:{u[0]}", u[0], u[2]) for u in short
                                                          if len(u[2].split()) >= 60])
+    if reask:
+        units = sorted(units, key=lambda u: _key("s2", u[0]))
     rows = []
     for src, _, text in units[:n]:
         package = src.split(":")[1].split(".")[0]
-        ask = SUMMARY[_key("s", src, text[:30]) % len(SUMMARY)]
+        k = _key("s", src, text[:30])
+        ask = SUMMARY[(k + 1 + _key("s2", src) % (len(SUMMARY) - 1)) % len(SUMMARY) if reask else k % len(SUMMARY)]
         rows.append(("summarization", src, ask.format(t=text, p=package)))
     return rows
 
 
-def _rag(short: list, n: int) -> list[tuple[str, str, str]]:
+def _rag(short: list, n: int, start: int = 0) -> list[tuple[str, str, str]]:
     able = [u for u in short if re.match(r"[A-Z][a-z]+s? ", u[1])]
     by_package: dict[str, list] = {}
     for u in short:
         by_package.setdefault(u[0].split(".")[0], []).append(u)
     rows = []
-    for name, first, text in sorted(able, key=lambda u: _key("r", u[0]))[:n]:
+    for name, first, text in sorted(able, key=lambda u: _key("r", u[0]))[start:start + n]:
         k = _key("rag", name)
         others = sorted((u for u in by_package[name.split(".")[0]] if u[0] != name),
                         key=lambda u: _key(str(k), u[0]))[: 2 + k % 3]
@@ -175,10 +222,12 @@ def _rag(short: list, n: int) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _qa(short: list, n_docs: int, n_closed: int) -> list[tuple[str, str, str]]:
+def _qa(short: list, n_docs: int, n_closed: int, start_docs: int = 0, start_closed: int = 0,
+        world: bool = False) -> list[tuple[str, str, str]]:
+    """Documentation questions, then closed-book ones (``world``: and the ISO / Pygments ones)."""
     able = [u for u in short if re.match(r"[A-Z][a-z]+s? ", u[1])]
     rows = []
-    for name, first, _ in sorted(able, key=lambda u: _key("q", u[0]))[:n_docs]:
+    for name, first, _ in sorted(able, key=lambda u: _key("q", u[0]))[start_docs:start_docs + n_docs]:
         k = _key("qa", name)
         verb, _, rest = first.partition(" ")
         q = DOC_QUESTIONS[k % len(DOC_QUESTIONS)].format(n=name.split(".")[-1], p=name.split(".")[0],
@@ -187,26 +236,32 @@ def _qa(short: list, n_docs: int, n_closed: int) -> list[tuple[str, str, str]]:
     closed = [("tz:" + c, CITY_QUESTIONS[_key("c", c) % len(CITY_QUESTIONS)].format(c=c)) for c in city_names()]
     closed += [("unicode:" + t, THING_QUESTIONS[_key("t", t) % len(THING_QUESTIONS)].format(t=t))
                for t in emoji_things()]
-    closed = sorted(closed, key=lambda r: _key("closed", r[0]))[:n_closed]
-    return rows + [("qa", src, q) for src, q in closed]
+    closed = sorted(closed, key=lambda r: _key("closed", r[0]))[start_closed:]
+    if world:  # never one of the split's questions word for word
+        split = {q.lower().rstrip("?") for q in QA_QUESTIONS}
+        closed += sorted((r for r in world_questions() if r[1].lower().rstrip("?") not in split),
+                         key=lambda r: _key("world", r[0]))
+    return rows + [("qa", src, q) for src, q in closed[:n_closed]]
 
 
-def _translations(n: int) -> list[tuple[str, str, str]]:
+def _translations(n: int, skip: int = 0) -> list[tuple[str, str, str]]:
+    """``n`` prompts of 1-3 messages each, the languages in turn; the first ``skip`` of each language's
+    are passed over (part 1's, when part 2 asks)."""
     rows = []
     for lang, name in LANGS.items():
         sentences = sorted(translation_sentences(lang), key=lambda s: _key(lang, s[1]))
         i, mine = 0, []
-        while i < len(sentences) and len(mine) < n // len(LANGS):
+        while i < len(sentences) and len(mine) < (n + skip) // len(LANGS):
             chunk = sentences[i:i + 1 + _key(lang, str(i)) % 3]  # 1-3 messages of one language
             i += len(chunk)
             text = " ".join(s for _, s in chunk)
             mine.append(("translation", f"mo:{lang}:{chunk[0][0]}",
                          TRANSLATE[_key("t", text) % len(TRANSLATE)].format(l=name, t=text)))
-        rows += mine
+        rows += mine[skip // len(LANGS):]
     return rows
 
 
-def _second_turns(n: int, archive: Path) -> list[tuple[str, str, str]]:
+def _second_turns(n: int, archive: Path, start: int = 0) -> list[tuple[str, str, str]]:
     from ...models import load_causal_lm
     from ..archive import read_archive
     tokenizer = load_causal_lm("smollm2-135m").tokenizer
@@ -221,19 +276,30 @@ def _second_turns(n: int, archive: Path) -> list[tuple[str, str, str]]:
         answer = tokenizer.decode(seq[n_prompt:], skip_special_tokens=True).strip()
         follow = FOLLOW_UPS[_key("f", a.ids[i]) % len(FOLLOW_UPS)]
         rows.append(("multiturn", f"archive:{archive.stem}:{a.ids[i]}", render_turns(tokenizer, user, answer, follow)))
-    return sorted(rows, key=lambda r: _key("m", r[1]))[:n]
+    return sorted(rows, key=lambda r: _key("m", r[1]))[start:start + n]
 
 
-def asked_instructions(per_family: dict[str, int] = PER_FAMILY, archive: Path = ARCHIVE) -> list[dict]:
-    """The instruction lines, in a fixed shuffled order (see the module doc)."""
+def asked_instructions(per_family: dict[str, int] = PER_FAMILY, archive: Path = ARCHIVE, part: int = 1) -> list[dict]:
+    """The instruction lines of ``part`` 1 or 2, in a fixed shuffled order (see the module doc);
+    part 2's counts are :data:`PART2`, after part 1's :data:`PER_FAMILY`."""
+    if part not in (1, 2):
+        raise ValueError(f"part must be 1 or 2, got {part!r}")
     long, short = doc_units(PACKAGES)
-    rows = (_summaries(long, short, per_family["summarization"]) + _rag(short, per_family["rag"])
-            + _qa(short, per_family["qa_docs"], per_family["qa_closed"]) + _translations(per_family["translation"])
-            + _second_turns(per_family["multiturn"], archive))
+    if part == 1:
+        rows = (_summaries(long, short, per_family["summarization"]) + _rag(short, per_family["rag"])
+                + _qa(short, per_family["qa_docs"], per_family["qa_closed"]) + _translations(per_family["translation"])
+                + _second_turns(per_family["multiturn"], archive))
+    else:
+        first, n = per_family, PART2
+        rows = (_summaries(long, short, n["summarization"], reask=True) + _rag(short, n["rag"], first["rag"])
+                + _qa(short, n["qa_docs"], n["qa_closed"], first["qa_docs"], first["qa_closed"], world=True)
+                + _translations(n["translation"], first["translation"])
+                + _second_turns(n["multiturn"], archive, first["multiturn"]))
     rows = sorted(rows, key=lambda r: _key("order", r[1], r[2][:50]))
     lines = []
+    prefix = "asked" if part == 1 else f"asked{part}"
     for i, (family, source, text) in enumerate(rows):
-        line = {"id": f"asked-{i:05d}", "family": family, "source": source, "split": "train", "text": text}
+        line = {"id": f"{prefix}-{i:05d}", "family": family, "source": source, "split": "train", "text": text}
         if family == "multiturn":
             line["chat"] = False
         lines.append(line)
@@ -245,13 +311,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verispec.distill.instructions.asked",
                                      description="Training instructions worded the way people ask.")
     parser.add_argument("--out", required=True, help="output .jsonl file (its folder must exist)")
+    parser.add_argument("--part", type=int, choices=(1, 2), default=1,
+                        help="1: the lines of asked-train; 2: the next ones (other documents, messages, questions)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():
         parser.error(f"--out {str(out)!r}: give a file name in an existing folder")
     if not ARCHIVE.is_file():
         parser.error(f"the archive {ARCHIVE} is missing (the second turns follow its answers)")
-    lines = asked_instructions()
+    lines = asked_instructions(part=args.part)
     tmp = out.with_name(out.name + ".part")
     tmp.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in lines), encoding="utf-8")
     tmp.replace(out)

@@ -25,8 +25,7 @@ split's (which reads numpy / scipy / networkx docstrings, the licence texts and 
 of the installed packages, locale and code-list files and archive. Part 2 takes, family by family,
 the candidates after part 1's (no family asks about a document, message, city or first answer it
 asked about in part 1), the ISO and Pygments questions, and asks for summaries of part 1's passages
-in other words. Every line
-is a training line; the evaluation split is the out-of-style file.
+in other words. Every line is a training line; the evaluation split is the out-of-style file.
 """
 
 from __future__ import annotations
@@ -197,8 +196,8 @@ def _summaries(long: list, short: list, n: int, reask: bool = False) -> list[tup
     rows = []
     for src, _, text in units[:n]:
         package = src.split(":")[1].split(".")[0]
-        k = _key("s", src, text[:30])
-        ask = SUMMARY[(k + 1 + _key("s2", src) % (len(SUMMARY) - 1)) % len(SUMMARY) if reask else k % len(SUMMARY)]
+        shift = 1 + _key("s2", src) % (len(SUMMARY) - 1) if reask else 0  # reask: never part 1's wording
+        ask = SUMMARY[(_key("s", src, text[:30]) + shift) % len(SUMMARY)]
         rows.append(("summarization", src, ask.format(t=text, p=package)))
     return rows
 

@@ -280,7 +280,7 @@ def _second_turns(n: int, archive: Path, start: int = 0) -> list[tuple[str, str,
 
 def asked_instructions(per_family: dict[str, int] = PER_FAMILY, archive: Path = ARCHIVE, part: int = 1) -> list[dict]:
     """The instruction lines of ``part`` 1 or 2, in a fixed shuffled order (see the module doc);
-    part 2's counts are :data:`PART2`, after part 1's :data:`PER_FAMILY`."""
+    part 1 takes ``per_family``'s counts, part 2 :data:`PART2`'s after them."""
     if part not in (1, 2):
         raise ValueError(f"part must be 1 or 2, got {part!r}")
     long, short = doc_units(PACKAGES)

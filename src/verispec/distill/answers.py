@@ -91,9 +91,12 @@ def _sampled(job: AnswerJob, seed: int, sample_frac: float) -> bool:
 
 
 def shard_tensors(jobs: Sequence[AnswerJob], prompts: Sequence[list[int]], answers: Sequence[list[int]],
-                  features: Sequence[torch.Tensor] | None = None, dtype: str = "torch.float32"
+                  features: Sequence[torch.Tensor] | None = None, dtype: str = "torch.float32",
+                  taps: Sequence[torch.Tensor] | None = None, tap_layers: Sequence[int] = ()
                   ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The tensors and metadata of one shard (see the module doc)."""
+    """The tensors and metadata of one shard (see the module doc). ``taps``: per answer the
+    residual stream after decoder layers ``tap_layers``, ``[len, n, H]`` (stored as ``taps
+    [N, L, n, H]`` float16, metadata ``taps``)."""
     seqs = [p + a for p, a in zip(prompts, answers)]
     n, L = len(seqs), max(map(len, seqs))
     ids = torch.zeros(n, L, dtype=torch.int32)
@@ -113,6 +116,12 @@ def shard_tensors(jobs: Sequence[AnswerJob], prompts: Sequence[list[int]], answe
     if features is not None:
         tensors["features"] = feats
     meta = {"ids": json.dumps([j.id for j in jobs]), "families": json.dumps([j.family for j in jobs]), "dtype": dtype}
+    if taps is not None:
+        h = torch.zeros(n, L, *taps[0].shape[-2:], dtype=torch.float16)
+        for b, t in enumerate(taps):
+            h[b, : len(t)] = t
+        tensors["taps"] = h
+        meta["taps"] = json.dumps([int(t) for t in tap_layers])
     return tensors, meta
 
 

@@ -67,24 +67,33 @@ def make_features(model, label_paths: Sequence[Path], *, batch: int = 4, progres
 @dataclass
 class FeatureSet:
     """Sequences with the target's features: ``input_ids [N, T]`` int32, ``features [N, T, H]``
-    fp16, ``weight [N, T]`` (0 after an EOS), ``generated [N, T]`` (1 = target-generated)."""
+    fp16, ``weight [N, T]`` (0 after an EOS), ``generated [N, T]`` (1 = target-generated), and
+    where the shards hold them ``taps [N, T, n, H]`` fp16 (the residual stream after decoder
+    layers ``tap_layers``; what a head with a :class:`~verispec.drafters.eagle_head.TapFusion` reads)."""
 
     input_ids: torch.Tensor
     features: torch.Tensor
     weight: torch.Tensor
     generated: torch.Tensor
+    taps: torch.Tensor | None = None
+    tap_layers: tuple[int, ...] = ()
 
     @classmethod
-    def load(cls, paths: Sequence[Path]) -> FeatureSet:
+    def load(cls, paths: Sequence[Path], taps: bool = True) -> FeatureSet:
         """Concatenate shards; shorter sequences are right-padded with zeros (weight 0) to the
         longest. One shard at a time into tensors allocated once, so memory peaks at the result
         plus one shard (concatenating padded copies of every shard would hold about three times
-        the result: ~24 GB for 2M answer tokens' features)."""
-        keys = ("input_ids", "features", "weight", "generated")
-        shapes = []
+        the result: ~24 GB for 2M answer tokens' features). ``taps``: also load the shards' taps
+        when every shard has the same ones (else none are loaded)."""
+        keys = ["input_ids", "features", "weight", "generated"]
+        shapes, layers = [], set()
         for p in paths:
             with safe_open(str(p), "pt") as f:
                 shapes.append(f.get_slice("input_ids").get_shape())
+                layers.add(tuple(json.loads((f.metadata() or {}).get("taps", "[]"))))
+        tap_layers = layers.pop() if taps and len(layers) == 1 else ()
+        if tap_layers:
+            keys.append("taps")
         N, T = sum(n for n, _ in shapes), max(t for _, t in shapes)
         out: dict[str, torch.Tensor] = {}
         row = 0
@@ -97,13 +106,25 @@ class FeatureSet:
                 out[k][row:row + n, :t] = d[k]
             row += n
             del d
-        return cls(*(out[k] for k in keys))
+        return cls(*(out[k] for k in keys[:4]), out.get("taps"), tap_layers)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def subset(self, idx: torch.Tensor) -> FeatureSet:
-        return FeatureSet(self.input_ids[idx], self.features[idx], self.weight[idx], self.generated[idx])
+        taps = None if self.taps is None else self.taps[idx]
+        return FeatureSet(self.input_ids[idx], self.features[idx], self.weight[idx], self.generated[idx], taps,
+                          self.tap_layers)
+
+    def head_taps(self, head: EagleHead, end: int) -> torch.Tensor | None:
+        """The taps ``[N, end, n, H]`` float32 ``head`` reads (None for a head without taps);
+        raises if these sequences lack them."""
+        if not head.feature_taps:
+            return None
+        if self.tap_layers != head.feature_taps:
+            raise ValueError(f"the head reads the target's layers {list(head.feature_taps)}; these features hold "
+                             f"{list(self.tap_layers) or 'none'} (write them with `distill features --taps`)")
+        return self.taps[:, :end].float()
 
 
 def ttt_mask(T: int, step: int, dtype: torch.dtype = torch.float32, start: int = 0) -> torch.Tensor:
@@ -133,16 +154,19 @@ def ttt_mask(T: int, step: int, dtype: torch.dtype = torch.float32, start: int =
 
 def unrolled_predictions(head: EagleHead, embed, feats: torch.Tensor, ids: torch.Tensor, depth: int,
                          noise: float = 0.0, generator: torch.Generator | None = None,
-                         start: int = 0) -> list[torch.Tensor]:
+                         start: int = 0, taps: torch.Tensor | None = None) -> list[torch.Tensor]:
     """Predicted features ``[B, T, H]`` of draft steps 1..depth for every position (see module doc).
 
     Step s's output at position i predicts ``f_i`` from real features up to ``f_{i-s}``. Steps
     after the first run only from position ``start`` on (zeros before it), which is exact at
     positions >= ``start + depth`` and saves their cost over a prompt that is only context.
+    ``taps [B, T, n, H]``: the target's lower layers, fused into the real features for a head
+    that reads them (:meth:`EagleHead.fuse`).
     """
     B, T, H = feats.shape
     e = embed(ids)  # [B, T, H]
-    prev = torch.cat([feats.new_zeros(B, 1, H), feats[:, :-1]], dim=1)  # f_{i-1} beside x_i
+    real = head.fuse(feats, taps)  # [B, T, H] what the head reads of the target
+    prev = torch.cat([real.new_zeros(B, 1, H), real[:, :-1]], dim=1)  # f_{i-1} beside x_i
     if noise > 0:
         prev = prev + noise * torch.randn(prev.shape, generator=generator)
     cache = DynamicCache(config=head.config)
@@ -169,7 +193,8 @@ def held_out_batches(head: EagleHead, embed, held: FeatureSet, depth: int, batch
         w = _position_weight(b, answers_only)
         end = _last_scored(w, None)
         f, ids, w = b.features[:, :end].float(), b.input_ids[:, :end].long(), w[:, :end]
-        yield f, w, unrolled_predictions(head, embed, f, ids, depth, start=_first_scored(w, depth))
+        yield f, w, unrolled_predictions(head, embed, f, ids, depth, start=_first_scored(w, depth),
+                                         taps=b.head_taps(head, end))
 
 
 @torch.no_grad()
@@ -267,7 +292,8 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
                 reg_weight: float = 0.1, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
                 ckpt_every: int = 100, sample_weight: torch.Tensor | None = None, init_from: EagleHead | None = None,
                 answers_only: bool = False, held_eval: int = 0, time_budget_s: float = 0.0,
-                autocast: torch.dtype | None = None, progress=None, log=print) -> tuple[EagleHead, dict]:
+                autocast: torch.dtype | None = None, taps: Sequence[int] | None = None, progress=None,
+                log=print) -> tuple[EagleHead, dict]:
     """Train (or resume from ``out/checkpoints/eagle-last.safetensors``) an EAGLE head.
 
     ``sample_weight [N]``: relative probability of drawing each training sequence (default
@@ -280,13 +306,22 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
     records it). ``autocast`` (e.g.
     ``torch.bfloat16``): the forward's matrix products in that dtype (``torch.autocast``; the
     weights, gradients, optimizer and the softmaxes stay float32), several times faster on CPUs
-    with bfloat16 matrix units.
+    with bfloat16 matrix units. ``taps``: the target's decoder layers the head reads beside its
+    final features (a :class:`~verispec.drafters.eagle_head.TapFusion`; default: those of
+    ``init_from``, else none); an ``init_from`` without them starts with the fusion at zero, so
+    training starts from exactly its drafts. The training and held-out sets must hold those taps.
     """
     torch.manual_seed(seed)
-    head = EagleHead(eagle_config(target_model.config))
+    if taps is None:
+        taps = init_from.feature_taps if init_from is not None else ()
+    head = EagleHead(eagle_config(target_model.config, taps))
     head.init_from_target(target_model)
     if init_from is not None:
-        head.load_state_dict(init_from.state_dict())
+        if init_from.feature_taps and tuple(taps) != init_from.feature_taps:
+            raise ValueError(f"taps {list(taps)}: init_from reads layers {list(init_from.feature_taps)}")
+        missing, unexpected = head.load_state_dict(init_from.state_dict(), strict=False)
+        if unexpected or any(not k.startswith("taps.") for k in missing):
+            raise ValueError(f"init_from does not match the head (missing {missing[:3]}, unexpected {unexpected[:3]})")
     head.train()
     embed = target_model.get_input_embeddings()
     out_full = target_model.get_output_embeddings().weight.detach()  # [V, H]
@@ -314,11 +349,13 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
         w = _position_weight(b, answers_only)
         end = _last_scored(w, seq_len)
         f, ids, w = b.features[:, :end].float(), b.input_ids[:, :end].long(), w[:, :end]
+        taps = b.head_taps(head, end)
         for group in opt.param_groups:
             group["lr"] = cosine_lr(step, steps, lr, floor=0.05)
         noise_gen = torch.Generator().manual_seed(seed * 1_000_003 + 7_919 * step + 1)  # per step: resumable
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            outs = unrolled_predictions(head, embed, f, ids, depth, noise, noise_gen, start=_first_scored(w, depth))
+            outs = unrolled_predictions(head, embed, f, ids, depth, noise, noise_gen, start=_first_scored(w, depth),
+                                        taps=taps)
             loss, info = unrolled_loss(outs, f, w, W, reg_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()

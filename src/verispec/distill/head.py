@@ -70,8 +70,9 @@ def family_weights(families: Sequence[str]) -> torch.Tensor:
     return torch.tensor([1.0 / counts[f] for f in families], dtype=torch.float64)
 
 
-def load_answers(paths: Sequence[Path]) -> tuple[FeatureSet, list[str]]:
-    """Answer shards (with features) as one :class:`FeatureSet`, and each sequence's family."""
+def load_answers(paths: Sequence[Path], taps: bool = True) -> tuple[FeatureSet, list[str]]:
+    """Answer shards (with features) as one :class:`FeatureSet`, and each sequence's family
+    (``taps``: with the shards' taps, where every shard has the same)."""
     from .eagle_train import FeatureSet
     from .answers import read_answer_index
 
@@ -83,7 +84,7 @@ def load_answers(paths: Sequence[Path]) -> tuple[FeatureSet, list[str]]:
         if "features" not in names:
             raise ValueError(f"{p} has no features: write it with `distill.answers --features`")
         families += fam
-    return FeatureSet.load(paths), families
+    return FeatureSet.load(paths, taps=taps), families
 
 
 def family_agreement(head: EagleHead, target: CausalLM, vocab_map: torch.Tensor, held: FeatureSet,
@@ -105,7 +106,8 @@ def family_agreement(head: EagleHead, target: CausalLM, vocab_map: torch.Tensor,
 def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequence[Path], out: Path, *,
                init_from: str = "eagle", map_size: int = 0, steps: int = 1000, lr: float = 5e-4, batch_size: int = 4, depth: int = 3,
                noise: float = 0.05, seed: int = 0, held_eval: int = 64, time_budget_s: float = 0.0,
-               autocast: torch.dtype | None = None, balance: str = "none", log: Callable[[str], None] = print) -> dict:
+               autocast: torch.dtype | None = None, balance: str = "none", taps: Sequence[int] | None = None,
+               log: Callable[[str], None] = print) -> dict:
     """Train, export to ``out`` and return a summary: data sizes, the training result, and the
     per-family held-out agreement of the initial and of the trained head. ``map_size`` > 0:
     the initial head's vocab map grown to ``map_size`` ids with the tokens the answers use most
@@ -113,7 +115,9 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     rows do. ``autocast``: train with the forward's matrix products in that dtype (see
     :func:`verispec.distill.eagle_train.train_eagle`); evaluation stays float32. ``balance``: ``"none"``
     draws training sequences uniformly, ``"families"`` draws every family equally often
-    (:func:`family_weights`)."""
+    (:func:`family_weights`). ``taps``: the target's decoder layers the head reads beside its final
+    features (default: the init's; see :func:`verispec.distill.eagle_train.train_eagle`); the
+    shards must hold them (`distill features --taps`)."""
     from ..drafters.eagle_head import save_eagle_head
     from .eagle_train import train_eagle
     from .eagle_stage import init_head
@@ -123,8 +127,10 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     init = init_head(init_from) if init_from else None
     if init is None or init.vocab_map is None:
         raise ValueError("init_from must name a head directory with a vocab map (e.g. 'eagle')")
-    train, train_fam = load_answers(train_paths)
-    held, held_fam = load_answers(held_paths)
+    if taps is None:
+        taps = init.head.feature_taps
+    train, train_fam = load_answers(train_paths, taps=bool(taps))
+    held, held_fam = load_answers(held_paths, taps=bool(taps))
     before_cov = map_coverage(held, init.vocab_map, held_fam)
     vmap = init.vocab_map
     if map_size:
@@ -144,7 +150,8 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     head, result = train_eagle(target.model, train, held, vmap, out, steps=steps, batch_size=batch_size, lr=lr,
                                depth=depth, noise=noise, seed=seed, init_from=init.head, answers_only=True,
                                held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50,
-                               sample_weight=sample_weight, time_budget_s=time_budget_s, autocast=autocast, log=log)
+                               sample_weight=sample_weight, time_budget_s=time_budget_s, autocast=autocast,
+                               taps=taps, log=log)
     seconds = time.perf_counter() - t0
     after = family_agreement(head, target, vmap, held, held_fam, depth)
     log("after: " + json.dumps({k: round(v["agree"][0], 4) for k, v in after.items()}))
@@ -152,7 +159,7 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
                "train_families": per_family, "balance": balance, "init_from": init_from, "map_size": len(vmap),
                "map_coverage_before": before_cov,
                "map_coverage": coverage, "steps": result["steps"], "lr": lr, "batch_size": batch_size, "depth": depth,
-               "autocast": str(autocast) if autocast is not None else None,
+               "autocast": str(autocast) if autocast is not None else None, "taps": list(taps),
                "seconds": seconds, "train": result, "before": before, "after": after}
     save_eagle_head(head, out, vocab_map=vmap, meta={"target": target.name, "train": summary})
     return summary
@@ -186,17 +193,23 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
                     help="bfloat16: the training forward's matrix products in bfloat16 (autocast; weights, "
                          "optimizer and softmaxes stay float32), faster on some CPUs and slower on others (both "
                          "seen with avx512_bf16); auto: whichever multiplies matrices faster on this machine")
+    ap.add_argument("--taps", default=None, metavar="L,L,...",
+                    help="also read the residual stream after these decoder layers of the target (1-based, as "
+                         "EAGLE-3 reads low and middle layers; the shards need them: `distill features --taps`); "
+                         "default: the init's")
     args = ap.parse_args(argv)
 
     def body() -> int:
         from ..models import load_causal_lm, matmul_dtype
         from .answers import answer_shards
+        from .refeature import parse_taps
 
         train_paths = [p for d in args.train for p in answer_shards(Path(d))]
         if args.max_shards:
             train_paths = train_paths[: args.max_shards]
         held_paths = answer_shards(Path(args.heldout))
         target = load_causal_lm(args.target)
+        taps = None if args.taps is None else parse_taps(args.taps, target.model.config, "--taps")
         precision = matmul_dtype(args.precision)
         autocast = precision if precision != torch.float32 else None
         if args.precision == "auto":
@@ -204,7 +217,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         out = Path(args.out)
         summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, map_size=args.map_size, steps=args.steps,
                              lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed,
-                             time_budget_s=args.time_budget, autocast=autocast, balance=args.balance)
+                             time_budget_s=args.time_budget, autocast=autocast, balance=args.balance, taps=taps)
         (out / "train-summary.json").write_text(json.dumps(summary, indent=2))
         return 0
 

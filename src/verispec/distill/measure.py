@@ -31,14 +31,15 @@ def _target_step_times(target, ids: list[int], steps: int) -> list[float]:
 
 def _draft_step_times(target, draft, ids: list[int], steps: int) -> list[float]:
     """Seconds per draft token, proposing 4 at a time ``steps // 4`` times, every token accepted."""
-    from ..drafters import DraftAsk, ModelDrafter
+    from ..drafters import DraftAsk, ModelDrafter, stand_in_features
     from ..sampling import SamplingParams
 
     d = draft if hasattr(draft, "propose") else ModelDrafter(draft)
     d.bind(target)
     features = None
     if d.reads_target_features:
-        features = [target.model.base_model(input_ids=torch.tensor([ids[:-1]])).last_hidden_state[0]]
+        H = target.model.config.hidden_size
+        features = [stand_in_features(d, len(ids) - 1, H, dtype=target.model.dtype)]
     d.start([ids], features)
     ask = DraftAsk.of([4], target.vocab_size, SamplingParams(temperature=0.0))
     ts = []
@@ -48,7 +49,7 @@ def _draft_step_times(target, draft, ids: list[int], steps: int) -> list[float]:
         ts.append((time.perf_counter() - t0) / 4)
         toks = out.tokens[0].tolist()  # pretend everything was accepted (+ no bonus)
         if features is not None:  # stand-in features: the cost does not depend on their values
-            d.update([toks], features=[torch.zeros(len(toks), target.model.config.hidden_size)])
+            d.update([toks], features=[stand_in_features(d, len(toks), H, dtype=target.model.dtype)])
         else:
             d.update([toks])
     return ts

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..drafters.eagle_head import target_features
+from ..drafters.eagle_head import check_taps, target_features, target_taps
 from .training import atomic_save
 from .answers import AnswerJob, shard_path, shard_tensors
 from .archive import AnswerArchive, read_archive
@@ -31,7 +31,19 @@ from .archive import AnswerArchive, read_archive
 if TYPE_CHECKING:
     from ..models import CausalLM
 
-__all__ = ["FeatureRun", "archive_features", "sequence_features"]
+__all__ = ["FeatureRun", "archive_features", "parse_taps", "sequence_features"]
+
+
+def parse_taps(text: str, target_config, what: str = "taps") -> tuple[int, ...]:
+    """``"3,15"`` -> ``(3, 15)``: distinct decoder layers of the target before its last (1-based;
+    :func:`verispec.drafters.eagle_head.check_taps`); ``""`` -> ``()``."""
+    if not text.strip():
+        return ()
+    try:
+        taps = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise ValueError(f"{what}: expected comma-separated layer numbers, got {text!r}") from None
+    return check_taps(taps, target_config.num_hidden_layers, what)
 
 
 @dataclass
@@ -46,11 +58,15 @@ class FeatureRun:
 
 
 @torch.inference_mode()
-def sequence_features(model, sequences: Sequence[list[int]], *, batch_tokens: int = 8192) -> list[torch.Tensor]:
+def sequence_features(model, sequences: Sequence[list[int]], *, batch_tokens: int = 8192,
+                      taps: Sequence[int] = ()) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The target's final hidden states of each sequence at every position but the last,
-    ``[len(s) - 1, H]`` float16 each, in the order given (batched by length, right-padded)."""
+    ``[len(s) - 1, H]`` float16 each, in the order given (batched by length, right-padded).
+    With ``taps`` (decoder layers), also the residual stream after those layers, ``[len(s) - 1,
+    n, H]`` float16 each, as a second list (:func:`verispec.drafters.eagle_head.target_taps`)."""
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     out: list[torch.Tensor | None] = [None] * len(sequences)
+    out_taps: list[torch.Tensor | None] = [None] * len(sequences)
     start = 0
     while start < len(order):
         # the longest sequence of a batch is its last (sorted); grow while the padded batch fits
@@ -62,15 +78,22 @@ def sequence_features(model, sequences: Sequence[list[int]], *, batch_tokens: in
         ids = torch.zeros(len(rows), T, dtype=torch.int64)  # [b, T], right-padded
         for b, i in enumerate(rows):  # once per sequence, not a hot path
             ids[b, :len(sequences[i]) - 1] = torch.tensor(sequences[i][:-1])
-        f = target_features(model, ids.to(model.device)).to("cpu", torch.float16)  # [b, T, H]
+        if taps:
+            f, h = target_taps(model, ids.to(model.device), taps)  # [b, T, H], [b, T, n, H]
+            h = h.to("cpu", torch.float16)
+        else:
+            f, h = target_features(model, ids.to(model.device)), None
+        f = f.to("cpu", torch.float16)
         for b, i in enumerate(rows):
             out[i] = f[b, :len(sequences[i]) - 1].clone()
+            if h is not None:
+                out_taps[i] = h[b, :len(sequences[i]) - 1].clone()
         start = end
-    return out  # type: ignore[return-value]
+    return (out, out_taps) if taps else out  # type: ignore[return-value]
 
 
 def archive_features(target: CausalLM, archive: AnswerArchive, out: Path, *, shard_size: int = 256,
-                     batch_tokens: int = 8192, time_budget_s: float = 0.0,
+                     batch_tokens: int = 8192, time_budget_s: float = 0.0, taps: Sequence[int] = (),
                      on_progress: Callable[[FeatureRun], None] | None = None) -> FeatureRun:
     """Write the answer shards (with features) of ``archive`` under ``out``: shard i holds
     sequences ``i * shard_size`` .. of the archive; shards present are skipped, and no new
@@ -90,10 +113,12 @@ def archive_features(target: CausalLM, archive: AnswerArchive, out: Path, *, sha
             continue
         if time_budget_s and time.perf_counter() - t0 > time_budget_s:
             break
-        feats = sequence_features(target.model, [archive.sequences[i] for i in idx], batch_tokens=batch_tokens)
+        seqs = [archive.sequences[i] for i in idx]
+        feats, tap_states = (sequence_features(target.model, seqs, batch_tokens=batch_tokens, taps=taps) if taps
+                             else (sequence_features(target.model, seqs, batch_tokens=batch_tokens), None))
         jobs = [AnswerJob(archive.ids[i], archive.families[i], "") for i in idx]
         tensors, meta = shard_tensors(jobs, [prompts[i] for i in idx], [answers[i] for i in idx], feats,
-                                      dtype=archive.dtype)
+                                      dtype=archive.dtype, taps=tap_states, tap_layers=taps)
         meta["features_dtype"] = str(target.model.dtype)
         atomic_save(tensors, shard_path(out, si), metadata=meta)
         run.written += 1
@@ -123,6 +148,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per target pass")
     ap.add_argument("--time-budget", type=float, default=0.0, help="begin no new shard after this many seconds")
+    ap.add_argument("--taps", default="", metavar="L,L,...",
+                    help="also store the residual stream after these decoder layers (1-based; what a head "
+                         "trained with `distill head --taps` reads)")
     args = ap.parse_args(argv)
 
     def body() -> int:
@@ -136,6 +164,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
             raise ValueError(f"--archive: {args.archive!r} is not a file")
         archive = read_archive(path)
         target = load_causal_lm(args.target, dtype=matmul_dtype(args.dtype))
+        taps = parse_taps(args.taps, target.model.config, "--taps")
         float32_head(target.model)  # a no-op in float32
         vocab = target.vocab_size
         bad = next((i for i, s in zip(archive.ids, archive.sequences) if max(s) >= vocab), None)
@@ -145,7 +174,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         with progress_bar(True) as bar:
             task = bar.add_task("features", total=len(archive.ids))
             run = archive_features(target, archive, Path(args.out), shard_size=args.shard_size,
-                                   batch_tokens=args.batch_tokens, time_budget_s=args.time_budget,
+                                   batch_tokens=args.batch_tokens, time_budget_s=args.time_budget, taps=taps,
                                    on_progress=lambda r: bar.update(task, completed=r.sequences))
         Console(stderr=True).print(f"done: {run.written} shards written, {run.skipped} already there; "
                                    f"{run.sequences} sequences, {run.tokens} tokens in {run.seconds:.0f} s")

@@ -10,7 +10,7 @@
 """
 
 from ..draft import Draft
-from .base import DraftAsk, Drafter, DrafterBase
+from .base import DraftAsk, Drafter, DrafterBase, stand_in_features
 from .eagle import EagleDrafter
 from .hybrid import HybridDrafter
 from .lookup import PromptLookupDrafter
@@ -32,7 +32,7 @@ from .registry import (
 )
 from .drawing import agreement, greedy_draft, sample_draft, to_target_vocab
 
-__all__ = ["Draft", "DraftAsk", "Drafter", "DrafterBase", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter",
+__all__ = ["Draft", "DraftAsk", "Drafter", "DrafterBase", "stand_in_features", "ModelDrafter", "PromptLookupDrafter", "HybridDrafter",
            "EagleDrafter", "agreement", "to_target_vocab", "greedy_draft", "sample_draft", "make_drafter",
            "load_drafter", "eagle_head_dir", "register", "registered", "resolve_spec", "split_spec",
            "DEFAULT_DRAFTERS", "DEFAULT_DRAFT_MODEL", "EAGLE_DRAFT", "EAGLE_BUILTINS", "BUILTIN_DRAFT_MODELS",

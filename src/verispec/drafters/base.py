@@ -7,8 +7,9 @@ with every row's draft length, sampling transform and seed) and afterwards says 
 emitted (:meth:`Drafter.update`), so the drafter rolls its state back to the accepted tokens.
 
 Optional abilities are declared, not probed: a drafter that reads the target's final hidden
-states (EAGLE) sets ``reads_target_features``; one whose tokens carry acceptance estimates
-(prompt lookup) sets ``scores_drafts``. :class:`DrafterBase` gives every ability its default.
+states (EAGLE) sets ``reads_target_features`` (and ``feature_taps``, the decoder layers whose
+outputs it reads beside them: EAGLE-3's low and middle layers); one whose tokens carry acceptance
+estimates (prompt lookup) sets ``scores_drafts``. :class:`DrafterBase` gives every ability its default.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..draft import Draft
 from ..models import CausalLM
 from ..sampling import RowParams, SamplingParams
 
-__all__ = ["Draft", "DraftAsk", "Drafter", "DrafterBase"]
+__all__ = ["Draft", "DraftAsk", "Drafter", "DrafterBase", "stand_in_features"]
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Drafter(Protocol):
 
     name: str
     reads_target_features: bool  # update()/add() get the target's final hidden states
+    feature_taps: tuple[int, ...]  # and, when not empty, its states after these decoder layers
     scores_drafts: bool  # Draft.accept_prob is filled in; may return up to ask.k_cap tokens
     drafts_trees: bool  # may answer a DraftAsk with ``nodes`` by a tree (otherwise always a chain)
 
@@ -100,7 +102,8 @@ class Drafter(Protocol):
 
         ``features`` (drafters that read them): per row, the target's final hidden states
         ``[len(prompt) - 1, H]`` at the prompt's positions before the last (feature i belongs to
-        the position of token i and precedes token i + 1).
+        the position of token i and precedes token i + 1); with ``feature_taps``, ``[len(prompt)
+        - 1, 1 + n, H]``: the final states, then those after each tapped layer.
         """
 
     def keep(self, rows: torch.Tensor) -> None:
@@ -113,7 +116,8 @@ class Drafter(Protocol):
         """Append each row's newly emitted tokens to its context (accepted drafts + 1 token).
 
         ``features`` (drafters that read them): per row, the target's final hidden states
-        ``[len(emitted[b]), H]`` at the positions just before each emitted token.
+        ``[len(emitted[b]), H]`` at the positions just before each emitted token (``[len, 1 + n,
+        H]`` with ``feature_taps``, as at :meth:`add`).
         """
 
 
@@ -122,6 +126,7 @@ class DrafterBase:
 
     name: str = "drafter"
     reads_target_features: ClassVar[bool] = False
+    feature_taps: tuple[int, ...] = ()
     scores_drafts: ClassVar[bool] = False
     drafts_trees: ClassVar[bool] = False
 
@@ -144,3 +149,12 @@ class DrafterBase:
 
     def update(self, emitted: list[list[int]], features: list[torch.Tensor] | None = None) -> None:
         raise NotImplementedError
+
+
+def stand_in_features(drafter: Drafter, n: int, hidden_size: int, *, dtype: torch.dtype,
+                      device: torch.device | str = "cpu") -> torch.Tensor:
+    """Zeros shaped like the ``n`` features ``drafter`` reads (``[n, H]``, or ``[n, 1 + taps, H]``):
+    for timing a drafter, whose cost does not depend on their values."""
+    taps = tuple(getattr(drafter, "feature_taps", ()))
+    shape = (n, 1 + len(taps), hidden_size) if taps else (n, hidden_size)
+    return torch.zeros(shape, dtype=dtype, device=device)

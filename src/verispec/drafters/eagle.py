@@ -44,7 +44,16 @@ class EagleDrafter(DrafterBase):
         self.model: EagleDraftModel | None = None
         self.vocab_map = files.vocab_map
 
+    @property
+    def feature_taps(self) -> tuple[int, ...]:  # type: ignore[override]
+        """The target's decoder layers the head reads beside its final features (EAGLE-3 style)."""
+        return self.files.head.feature_taps
+
     def bind(self, target: CausalLM) -> None:
+        layers = getattr(target.model.config, "num_hidden_layers", 0)
+        if self.feature_taps and max(self.feature_taps) >= layers:
+            raise ValueError(f"EAGLE head {self.name!r} reads layers {list(self.feature_taps)}; target "
+                             f"{target.name!r} has {layers}")
         if not features_match_logits(target.model):
             raise ValueError(f"target {target.name!r} does not compute its logits as lm_head(final hidden "
                              "state); an EAGLE head cannot draft from its features")
@@ -71,6 +80,7 @@ class EagleDrafter(DrafterBase):
         model = self._bound()
         if features is None or len(features) != len(prompts):
             raise ValueError("EagleDrafter needs the target's prompt features (one [len(prompt) - 1, H] per prompt)")
+        features = self._real_features(features)
         zero = torch.zeros(1, model.config.hidden_size, dtype=model.dtype)
         pairs = [(list(p), torch.cat([zero, f.to(model.dtype)])) for p, f in zip(prompts, features)]  # (x_i, f_{i-1})
         # prompts of one length together, never padded to the longest (see kv.prefill)
@@ -144,6 +154,24 @@ class EagleDrafter(DrafterBase):
 
         return expand
 
+    def _real_features(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
+        """What the head reads of the target, per row ``[n, H]``: the final features as they
+        are, or for a head with taps (``[n, 1 + taps, H]`` given) the final ones with the taps
+        fused in (:meth:`~verispec.drafters.eagle_head.EagleHead.fuse`), each row on its own so
+        that its features never depend on the other rows."""
+        head = self._bound().head
+        taps = head.feature_taps
+        shape = (1 + len(taps),) if taps else ()  # what each feature holds besides H
+        bad = next((f.shape for f in features if tuple(f.shape[1:-1]) != shape), None)
+        if bad is not None:
+            reads = f" reads the target's layers {list(taps)}: it" if taps else ""
+            want = f"[n, {1 + len(taps)}, H]" if taps else "[n, H]"
+            raise ValueError(f"EAGLE head {self.name!r}{reads} needs features {want}, got {list(bad)}")
+        if not taps:
+            return features
+        with torch.no_grad():
+            return [head.fuse(f[:, 0], f[:, 1:]) for f in features]
+
     def _feed_pending(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending real pairs (ragged: left-padded); the logits ``[B, V_d]`` and the
         predicted feature ``[B, 1, H]`` after each row's context."""
@@ -172,6 +200,7 @@ class EagleDrafter(DrafterBase):
         model = self._bound()
         if features is None:
             raise ValueError("EagleDrafter.update needs the target's features for the emitted tokens")
+        features = self._real_features(features)
         self.runner.truncate(self._real.to(self.runner.lengths.device))  # drop speculative pairs
         for b, new in enumerate(emitted):
             if not new:

@@ -14,7 +14,9 @@ Here one input pair per position i is ``(f_{i-1}, x_i)`` (``f_{-1} = 0``)::
     q_i  = softmax(head[vocab_map] @ f^_i)    # the target's head rows               [B, T, V_map]
 
 so ``q_i`` drafts ``x_{i+1}``. At draft time the real features stop at the last verified
-position; further steps feed the head's own ``f^`` back in. Nothing here affects exactness:
+position; further steps feed the head's own ``f^`` back in. A head may also read the target's
+lower layers (``feature_taps``, as EAGLE-3 reads low and middle layers): the real features are
+then ``f_i`` plus a learned map of those layers' states at i (:class:`TapFusion`). Nothing here affects exactness:
 the verifier only sees the q each draft token was sampled from.
 
 The head owns ``fc``, the layer and the norm (about 4.5M parameters for SmolLM2-135M, shipped
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,13 +39,14 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from ..kv import tapped_states
 from ..models import CausalLM, ModelLoadError, cpu_matrix_units
 from ..models.kernels import (cache_evictor, fp16_linear, int8_linear, invariant_attention, invariant_linear,
                              kernel_choice, measured_choice, pack_weight,
                              packed_linear)
 
-__all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "eagle_config", "target_features",
-           "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir",
+__all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "TapFusion", "eagle_config",
+           "target_features", "target_taps", "check_taps", "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir",
            "capability_draft_weights"]
 
 EAGLE_FORMAT = "verispec-eagle-v1"
@@ -56,10 +60,13 @@ INT8_FLAGS = ("avx512_bf16", "amx_bf16")
 FP16_FLAGS = ("avx2", "avx512f")  # fbgemm's float16 weights need AVX2 (F16C) at least
 
 
-def eagle_config(target_config) -> LlamaConfig:
-    """The head's one-layer Llama config: the target's widths, heads and RoPE, no vocabulary."""
+def eagle_config(target_config, taps: Sequence[int] = ()) -> LlamaConfig:
+    """The head's one-layer Llama config: the target's widths, heads and RoPE, no vocabulary.
+    ``taps``: the target's decoder layers whose outputs the head also reads (:class:`TapFusion`;
+    stored as ``feature_taps``, empty for a head that reads the final features only)."""
     c = target_config
     return LlamaConfig(
+        feature_taps=list(check_taps(taps, getattr(c, "num_hidden_layers", 0))),
         hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size,
         num_attention_heads=c.num_attention_heads,
@@ -77,11 +84,49 @@ def eagle_config(target_config) -> LlamaConfig:
     )
 
 
+def check_taps(taps: Sequence[int], n_layers: int, what: str = "taps") -> tuple[int, ...]:
+    """``taps`` as a tuple if they are distinct decoder layers before the last of a target with
+    ``n_layers`` (the last layer's output, normed, is the features themselves), else ValueError."""
+    taps = tuple(int(t) for t in taps)
+    if any(not 1 <= t < n_layers for t in taps) or len(set(taps)) != len(taps):
+        raise ValueError(f"{what} must be distinct decoder layers in 1..{n_layers - 1} of the target (the last "
+                         f"layer's output is the features), got {list(taps)}")
+    return taps
+
+
+class TapFusion(nn.Module):
+    """What a head reads from the target's lower layers (EAGLE-3 reads low, middle and high
+    layers), added to the final feature the target's head reads::
+
+        f'_i = f_i + W [rms(h^a_i) * g_a ; rms(h^b_i) * g_b ; ...]     # [B, T, H]
+
+    ``h^l_i``: the residual stream after decoder layer l (HF's ``hidden_states[l]``), one per tap.
+    W starts at zero, so a head trained without taps, given this, drafts exactly as before and
+    training only adds what the taps tell it. Only real features pass through it: a draft step
+    after the first feeds the head's own prediction, as without taps.
+    """
+
+    def __init__(self, hidden_size: int, n_taps: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.gain = nn.Parameter(torch.ones(n_taps, hidden_size))  # [n, H] one RMSNorm weight per tap
+        self.proj = nn.Linear(n_taps * hidden_size, hidden_size, bias=False)
+        nn.init.zeros_(self.proj.weight)
+
+    def forward(self, features: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+        """``features [..., H]``, ``taps [..., n, H]`` -> fused features ``[..., H]``."""
+        x = taps.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.gain.float()
+        return features + self.proj(x.flatten(-2).to(self.proj.weight.dtype)).to(features.dtype)
+
+
 class EagleHead(nn.Module):
-    """The trainable part: ``fc`` (2H -> H), one Llama decoder layer and its final RMSNorm.
+    """The trainable part: ``fc`` (2H -> H), one Llama decoder layer and its final RMSNorm, and
+    for a config with ``feature_taps`` a :class:`TapFusion` (``taps``) over those layers.
 
     ``forward`` maps input embeddings ``[B, T, H]`` and previous features ``[B, T, H]`` to
     predicted features ``[B, T, H]`` (HF attention mask / positions / cache passed through).
+    Real features go through :meth:`fuse` first.
     """
 
     def __init__(self, config: LlamaConfig) -> None:
@@ -92,6 +137,24 @@ class EagleHead(nn.Module):
         self.body = LlamaModel(config)
         self.body.embed_tokens.requires_grad_(False)  # unused [1, H] stub (not saved)
         nn.init.zeros_(self.body.embed_tokens.weight)
+        n_taps = len(self.feature_taps)
+        self.taps = TapFusion(H, n_taps, getattr(config, "rms_norm_eps", 1e-5)) if n_taps else None
+
+    @property
+    def feature_taps(self) -> tuple[int, ...]:
+        """The target's decoder layers this head reads beside its final features (may be empty)."""
+        return tuple(getattr(self.config, "feature_taps", None) or ())
+
+    def fuse(self, features: torch.Tensor, taps: torch.Tensor | None) -> torch.Tensor:
+        """The real features the head reads: ``features [..., H]`` with ``taps [..., n, H]`` fused
+        in (:class:`TapFusion`), or ``features`` as they are for a head without taps."""
+        if self.taps is None:
+            return features
+        if taps is None or taps.shape[-2] != len(self.feature_taps):
+            got = None if taps is None else taps.shape[-2]
+            raise ValueError(f"this EAGLE head reads the target's layers {list(self.feature_taps)}: "
+                             f"it needs their states beside the features (got {got} taps)")
+        return self.taps(features, taps)
 
     def forward(self, embeds: torch.Tensor, features: torch.Tensor, *, attention_mask=None,
                 position_ids=None, cache=None, use_cache: bool = False) -> torch.Tensor:
@@ -274,6 +337,14 @@ def _linear_fn(weight: torch.Tensor, bias: torch.Tensor | None, *, cpu_kernels: 
 def target_features(model: PreTrainedModel, input_ids: torch.Tensor, **kw) -> torch.Tensor:
     """The target's final hidden states ``[B, T, H]`` (what its LM head reads) for ``input_ids [B, T]``."""
     return model.base_model(input_ids=input_ids, **kw).last_hidden_state
+
+
+def target_taps(model: PreTrainedModel, input_ids: torch.Tensor, taps: Sequence[int],
+                **kw) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's final hidden states ``[B, T, H]`` and its residual stream after each decoder
+    layer in ``taps`` ``[B, T, n, H]`` (what a :class:`TapFusion` reads), in one pass."""
+    out = model.base_model(input_ids=input_ids, output_hidden_states=True, **kw)
+    return out.last_hidden_state, tapped_states(out.hidden_states, taps)
 
 
 @torch.inference_mode()

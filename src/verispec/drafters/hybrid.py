@@ -61,6 +61,10 @@ class HybridDrafter(DrafterBase):
     def reads_target_features(self) -> bool:  # type: ignore[override]
         return self.model.reads_target_features
 
+    @property
+    def feature_taps(self) -> tuple[int, ...]:  # type: ignore[override]
+        return tuple(getattr(self.model, "feature_taps", ()))
+
     def bind(self, target: CausalLM) -> None:
         self.model.bind(target)
         self.copy.bind(target)

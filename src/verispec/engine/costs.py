@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from ..drafters import DraftAsk, Drafter, EagleDrafter, HybridDrafter
+from ..drafters import DraftAsk, Drafter, EagleDrafter, HybridDrafter, stand_in_features
 from ..models import CausalLM, cache_dir, kernel_choice, kernel_report, machine_key, read_json, write_json
 from ..kv import KVRunner
 from ..sampling import SamplingParams
@@ -534,8 +534,8 @@ def _time_draft(target: CausalLM, drafter: Drafter, B: int, tokens: int = 4) -> 
     prompt = [(5 + i) % target.vocab_size for i in range(_CONTEXT)]
     features = None
     if drafter.reads_target_features:
-        features = [torch.zeros(_CONTEXT - 1, target.model.config.hidden_size, dtype=target.model.dtype,
-                                device=target.model.device) for _ in range(B)]
+        features = [stand_in_features(drafter, _CONTEXT - 1, target.model.config.hidden_size,
+                                      dtype=target.model.dtype, device=target.model.device) for _ in range(B)]
     drafter.keep(torch.zeros(0, dtype=torch.int64))
     drafter.add([prompt] * B, features)
     ask = DraftAsk.of([tokens] * B, target.vocab_size, SamplingParams(temperature=0), dtype=torch.float32)

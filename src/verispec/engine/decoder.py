@@ -354,7 +354,8 @@ class SpeculativeDecoder:
         """Run the new prompts through the target on runners of their own (no padding) and append
         their rows to the batch's cache: each prompt's next-token logits ``[n, V_t]``, and its
         features if the drafter reads them."""
-        new = prefill(self.target.model, prompts, return_hidden=self.models.reads_features)
+        new = prefill(self.target.model, prompts, return_hidden=self.models.reads_features,
+                      hidden_taps=self.models.taps)
         state.runner.extend(new.runner)
         return new.logits, new.hidden
 

@@ -56,6 +56,7 @@ class Models:
         dtype: of p and q: the target's float32 / float64, else float32.
         eos_ids: the token ids that end a row.
         reads_features: the drafter reads the target's final hidden states.
+        taps: and its states after these decoder layers (hidden ``[B, T, 1 + n, H]``).
     """
 
     target: CausalLM
@@ -63,13 +64,15 @@ class Models:
     dtype: torch.dtype
     eos_ids: frozenset[int]
     reads_features: bool
+    taps: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, target: CausalLM, drafter: Drafter | None) -> Models:
         """The models of a decoder over ``target`` and ``drafter`` (already bound to it)."""
         dtype = target.model.dtype if target.model.dtype in (torch.float32, torch.float64) else torch.float32
-        return cls(target, drafter, dtype, frozenset(target.eos_token_ids),
-                   bool(drafter is not None and drafter.reads_target_features))
+        reads = bool(drafter is not None and drafter.reads_target_features)
+        taps = tuple(getattr(drafter, "feature_taps", ())) if reads else ()
+        return cls(target, drafter, dtype, frozenset(target.eos_token_ids), reads, taps)
 
 
 def step(m: Models, state: BatchState) -> list[RequestOutput]:
@@ -118,14 +121,14 @@ def draft(m: Models, state: BatchState) -> Draft:
 
 def target_pass(m: Models, state: BatchState, d: Draft) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logits ``[B, N+1, V_t]`` after the root and after each node (and hidden ``[B, N+1, H]``
-    when the drafter reads features)."""
+    when the drafter reads features, ``[B, N+1, 1 + n, H]`` with taps)."""
     device = m.target.model.device
     feed = torch.cat([state.last[:, None], d.tokens.to(device)], dim=1)  # [B, N+1]
     parents = None
     if not d.is_chain:  # column 0 is the root; node i sits in column i + 1
         parents = torch.cat([torch.full_like(feed[:, :1], -1), d.parent_index().to(device) + 1], dim=1)
     t0 = time.perf_counter()
-    out = state.runner.forward(feed, parents=parents, return_hidden=m.reads_features)
+    out = state.runner.forward(feed, parents=parents, return_hidden=m.reads_features, hidden_taps=m.taps)
     dt = time.perf_counter() - t0
     stats = state.stats
     stats.time_target += dt
@@ -256,7 +259,7 @@ def _rollback(drafter: Drafter | None, state: BatchState, out: Verification, emi
     if hidden is not None:  # the target's features at the columns before each emitted token
         root = torch.zeros(len(state.rows), 1, dtype=torch.int64, device=device)
         cols = torch.cat([root, (nodes + 1).clamp_min(0)], dim=1)  # [B, N+1]
-        feats = hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))
+        feats = hidden[torch.arange(len(state.rows), device=device)[:, None], cols]  # [B, N+1, (1 + n,) H]
         features = [feats[b, : len(e)] for b, e in enumerate(emitted)]
     drafter.update(emitted, features)
 

@@ -5,7 +5,7 @@
 * :mod:`.layer`: :class:`GrowingLayer`, HF's cache layer appending into spare columns in place.
 """
 
-from .batch import KVRunner, Prefill, left_pad, prefill
+from .batch import KVRunner, Prefill, left_pad, prefill, tapped_states
 from .layer import GrowingLayer, growing_cache
 
-__all__ = ["GrowingLayer", "KVRunner", "Prefill", "growing_cache", "left_pad", "prefill"]
+__all__ = ["GrowingLayer", "KVRunner", "Prefill", "growing_cache", "left_pad", "prefill", "tapped_states"]

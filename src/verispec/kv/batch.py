@@ -26,6 +26,7 @@ which is what continuous batching needs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -33,7 +34,14 @@ from transformers import PreTrainedModel
 
 from .layer import GrowingLayer, growing_cache
 
-__all__ = ["KVRunner", "Prefill", "left_pad", "prefill"]
+__all__ = ["KVRunner", "Prefill", "left_pad", "prefill", "tapped_states"]
+
+
+def tapped_states(hidden_states: Sequence[torch.Tensor], taps: Sequence[int]) -> torch.Tensor:
+    """The residual stream after decoder layers ``taps`` (1-based, before the last) from a HF
+    model's ``hidden_states`` (entry l is layer l's output; the last entry is the normed final
+    state): ``[B, T, n, H]``."""
+    return torch.stack([hidden_states[t] for t in taps], dim=-2)
 
 
 def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +74,8 @@ class KVRunner:
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, live: torch.Tensor | None = None, logits_to_keep: int = 0,
                 *, parents: torch.Tensor | None = None, visible: torch.Tensor | None = None,
-                return_hidden: bool = False, **model_kwargs) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                return_hidden: bool = False, hidden_taps: Sequence[int] = (),
+                **model_kwargs) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Append ``tokens [B, T]`` to every row and return logits ``[B, T', V]``.
 
         Args:
@@ -87,6 +96,9 @@ class KVRunner:
             return_hidden: also return the final hidden states ``[B, T, H]`` (what the output
                 head reads), as ``(logits, hidden)``. Models may define ``forward_hidden``
                 (see :mod:`verispec.drafters.eagle_head`); HF models run ``base_model`` then the head.
+            hidden_taps: with ``return_hidden`` on a HF model, the hidden states returned are
+                ``[B, T, 1 + n, H]``: the final ones, then the residual stream after these
+                decoder layers (:func:`tapped_states`; what an EAGLE head with taps reads).
             model_kwargs: extra inputs for the model (an EAGLE head's ``features``).
         """
         B, T = tokens.shape
@@ -111,8 +123,11 @@ class KVRunner:
             logits, hidden = forward_hidden(tokens, logits_to_keep=logits_to_keep, **kw)
             result: torch.Tensor | tuple[torch.Tensor, torch.Tensor] = (logits, hidden) if return_hidden else logits
         elif return_hidden:
-            hidden = self.model.base_model(input_ids=tokens, **kw).last_hidden_state  # [B, T, H]
+            out = self.model.base_model(input_ids=tokens, output_hidden_states=bool(hidden_taps), **kw)
+            hidden = out.last_hidden_state  # [B, T, H]
             keep = hidden if logits_to_keep == 0 else hidden[:, -logits_to_keep:]
+            if hidden_taps:
+                hidden = torch.cat([hidden[:, :, None], tapped_states(out.hidden_states, hidden_taps)], dim=2)
             result = (self.model.get_output_embeddings()(keep), hidden)
         else:
             result = self.model(input_ids=tokens, logits_to_keep=logits_to_keep, **kw).logits
@@ -277,10 +292,11 @@ class Prefill(NamedTuple):
 
 
 def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: bool = False,
-            features: list[torch.Tensor] | None = None) -> Prefill:
+            hidden_taps: Sequence[int] = (), features: list[torch.Tensor] | None = None) -> Prefill:
     """A runner holding ``rows`` (token lists of any lengths, in this order), with each row's
     next-token logits (what the pass over its last token predicts) and, if ``return_hidden``,
-    its final hidden states. ``features``: per row ``[len(row), H]`` fed beside its tokens (an
+    its final hidden states (``[len, H]``; with ``hidden_taps``, ``[len, 1 + n, H]``: see
+    :meth:`KVRunner.forward`). ``features``: per row ``[len(row), H]`` fed beside its tokens (an
     EAGLE head's input).
 
     Rows of equal length go through the model together; rows of different lengths are never
@@ -299,7 +315,7 @@ def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: boo
         if n:
             extra = {} if features is None else {"features": torch.stack([features[i] for i in idx]).to(device)}
             out = runner.forward(torch.tensor([rows[i] for i in idx], device=device), logits_to_keep=1,
-                                 return_hidden=return_hidden, **extra)
+                                 return_hidden=return_hidden, hidden_taps=hidden_taps, **extra)
             last = out[0] if return_hidden else out  # [b, 1, V]
             for j, i in enumerate(idx):
                 hidden[i] = out[1][j] if return_hidden else None
@@ -319,8 +335,8 @@ def prefill(model: PreTrainedModel, rows: list[list[int]], *, return_hidden: boo
     stacked = torch.stack([x if x is not None else nan for x in logits]) if rows else nan.new_zeros(0, V)
     if not return_hidden:
         return Prefill(joined, stacked, None)
-    H = model.config.hidden_size
-    return Prefill(joined, stacked, [h if h is not None else torch.zeros(0, H, device=device) for h in hidden])
+    shape = (len(hidden_taps) + 1, model.config.hidden_size) if hidden_taps else (model.config.hidden_size,)
+    return Prefill(joined, stacked, [h if h is not None else torch.zeros(0, *shape, device=device) for h in hidden])
 
 
 def _empty(layer) -> None:

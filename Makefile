@@ -27,8 +27,10 @@ demo: $(STAMP)
 	$(VENV)/bin/verispec certify --quick
 	$(VENV)/bin/verispec bench --quick --out bench-out/demo
 
+# One pytest worker per core (each runs torch on one thread, see tests/conftest.py), at most 4:
+# a worker may hold the real SmolLM2-135M in memory.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # vLLM pins its own torch (2.13.0+cpu) and transformers (< 5.20): it gets an environment of its own,
 # with verispec installed without its pins (the proposer imports nothing vLLM's pins lack).

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.console import Console
+from rich.markup import escape
 
 __all__ = ["run_command", "USER_ERRORS"]
 
@@ -25,5 +26,7 @@ def run_command(command: str, call: Callable[[], int | None]) -> int:
         Console(stderr=True).print("[yellow]interrupted[/]")
         return 130
     except USER_ERRORS as e:
-        Console(stderr=True).print(f"[red]verispec {command}: error:[/] {e}")
+        # soft_wrap: a long path stays on one line (copyable), however narrow the terminal;
+        # escape: the message's own brackets ("[Errno 2]", "[B, K]") are text, not markup
+        Console(stderr=True).print(f"[red]verispec {command}: error:[/] {escape(str(e))}", soft_wrap=True)
         return 2

@@ -83,6 +83,8 @@ class Draft:
         confidence: optional ``[B, N]`` float64: a model drafter's own probability of each node's
             token (NaN where it has none); the engine calibrates it against what the target
             accepts to decide how far later drafts go.
+        copied: optional ``[B, N]`` bool: nodes copied from the context (prompt lookup) rather
+            than drawn by a model; the statistics count what each source had accepted.
     """
 
     tokens: torch.Tensor
@@ -94,6 +96,7 @@ class Draft:
     accept_prob: torch.Tensor | None = field(default=None)
     confidence: torch.Tensor | None = field(default=None)
     fed: int = 0
+    copied: torch.Tensor | None = field(default=None)
 
     def __post_init__(self) -> None:
         if self.child_draw not in CHILD_DRAWS:
@@ -141,7 +144,7 @@ class Draft:
             return None if x is None else x.to(device)
 
         return Draft(move(self.tokens), move(self.probs), move(self.num_draft), move(self.parents), self.child_draw,
-                     self.forwards, move(self.accept_prob), move(self.confidence), self.fed)
+                     self.forwards, move(self.accept_prob), move(self.confidence), self.fed, move(self.copied))
 
     def rows(self, index: torch.Tensor) -> Draft:
         """The rows ``index`` (int64 ``[n]``, on the draft's device), in that order."""
@@ -149,7 +152,7 @@ class Draft:
             return None if x is None else x[index]
 
         return Draft(self.tokens[index], pick(self.probs), self.num_draft[index], pick(self.parents), self.child_draw,
-                     self.forwards, pick(self.accept_prob), pick(self.confidence), self.fed)
+                     self.forwards, pick(self.accept_prob), pick(self.confidence), self.fed, pick(self.copied))
 
     def cut(self, width: int) -> Draft:
         """The first ``width`` node slots of every row (``num_draft`` capped to match).
@@ -161,4 +164,5 @@ class Draft:
                      torch.minimum(self.num_draft, torch.tensor(width)),
                      None if self.parents is None else self.parents[:, :width], self.child_draw, self.forwards,
                      None if self.accept_prob is None else self.accept_prob[:, :width],
-                     None if self.confidence is None else self.confidence[:, :width], self.fed)
+                     None if self.confidence is None else self.confidence[:, :width], self.fed,
+                     None if self.copied is None else self.copied[:, :width])

@@ -167,6 +167,7 @@ def analyse(run: BenchRun) -> dict:
             acc = sum(pp[i].get("accepted") or 0 for i in ids & set(pp))
             tested = acc + sum(pp[i].get("rejected") or 0 for i in ids & set(pp))
             sp, ci = speedup(pp, ids)
+            copied = sum(pp[i].get("copied_accepted") or 0 for i in ids & set(pp))
             empty = sum(pp[i].get("empty_drafts") or 0 for i in ids & set(pp))
             steps = sum(pp[i].get("row_steps") or 0 for i in ids & set(pp))
             out[cfg.key] = {"tokens_per_s": _nan_to_none(tps),
@@ -174,6 +175,9 @@ def analyse(run: BenchRun) -> dict:
                             "speedup_ci": None if cfg.key == ref_key else ci,
                             "alpha": _nan_to_none(safe_ratio(acc, tested)) if cfg.drafter is not None else None,
                             "empty_draft_share": _nan_to_none(safe_ratio(empty, steps)) if cfg.drafter is not None
+                            else None,
+                            # of the accepted drafts, those prompt lookup copied (a hybrid's lookup vs its model)
+                            "copied_share": _nan_to_none(safe_ratio(copied, acc)) if cfg.drafter is not None
                             else None}
         categories[cat] = out
 
@@ -272,7 +276,8 @@ def _per_prompt(ms: list[Measurement]) -> dict[str, dict]:
             "alpha": _nan_to_none(safe_ratio(st["accepted"], st["accepted"] + st["rejected"])) if st else None,
             "draft_acceptance": _nan_to_none(safe_ratio(st["accepted"], st["drafted"])) if st else None,
             "tau": _nan_to_none(safe_ratio(st["emitted"], st["row_steps"])) if st else None,
-            **({k: st[k] for k in ("drafted", "accepted", "rejected", "target_forwards", "draft_forwards", *_TIME_KEYS)}
+            **({k: st[k] for k in ("drafted", "accepted", "rejected", "target_forwards", "draft_forwards",
+                                   "copied_accepted", *_TIME_KEYS)}
                if st else {}),
             "empty_drafts": (st["draft_lengths"][0] if st["draft_lengths"] else 0) if st else None,
             "row_steps": st["row_steps"] if st else None,
@@ -285,7 +290,7 @@ def _sum_stats(stats: Iterable[GenerationStats]) -> dict | None:
     if not stats:
         return None
     keys = ("drafted", "accepted", "rejected", "emitted", "target_forwards", "row_steps", "draft_forwards", "wall",
-            "time_prefill", "time_target", "time_draft", "time_verify")
+            "time_prefill", "time_target", "time_draft", "time_verify", "copied_drafted", "copied_accepted")
     out = {k: sum(getattr(s, k) for s in stats) for k in keys}
     out["time_other"] = sum(s.time_other for s in stats)
     for key in ("slot_drafted", "slot_tested", "slot_accepted", "draft_lengths"):  # ragged lists: sum by index
@@ -340,6 +345,8 @@ def _config_row(cfg: BenchConfig, ms: list[Measurement], pp: dict, v1: float, v_
         tau=_nan_to_none(tau), mean_k=_nan_to_none(mean_k),
         drafted=st["drafted"], accepted=st["accepted"], rejected=st["rejected"], emitted=st["emitted"],
         target_forwards=st["target_forwards"], draft_forwards=st["draft_forwards"],
+        copied_drafted=st["copied_drafted"], copied_accepted=st["copied_accepted"],
+        copied_share=_nan_to_none(safe_ratio(st["copied_accepted"], st["accepted"])),
         per_position_acceptance=[_nan_to_none(safe_ratio(a, t))
                                  for a, t in zip(st["slot_accepted"], st["slot_tested"])],
         slot_drafted=st["slot_drafted"], slot_tested=st["slot_tested"], slot_accepted=st["slot_accepted"],

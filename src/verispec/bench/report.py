@@ -107,7 +107,9 @@ def print_report(report: dict, console: Console) -> None:
 
     cats = report["categories"]
     if len(cats) > 1:
-        c = Table(title=f"tokens/s (speedup over {ref} [95% CI], alpha) per category")
+        c = Table(title=f"tokens/s (speedup over {ref} [95% CI], alpha) per category",
+                  caption="empty: passes that drafted nothing; copied: accepted drafts that prompt lookup copied "
+                          "from the context (the rest a model drew)")
         c.add_column("config")
         for cat in cats:
             c.add_column(cat, justify="right")
@@ -116,9 +118,11 @@ def print_report(report: dict, console: Console) -> None:
             for cat in cats:
                 v = cats[cat].get(r["config"], {})
                 sp, al, em = v.get("speedup"), v.get("alpha"), v.get("empty_draft_share")
+                cp = v.get("copied_share")
                 extra = ", ".join(x for x in (sp is not None and _x(sp, v.get("speedup_ci")),
                                               al is not None and f"a {al:.2f}",
-                                              em is not None and em > 0 and f"{100 * em:.0f}% empty") if x)
+                                              em is not None and em > 0 and f"{100 * em:.0f}% empty",
+                                              cp is not None and cp > 0 and f"{100 * cp:.0f}% copied") if x)
                 cells.append(_f(v.get("tokens_per_s")) + (f" ({extra})" if extra else ""))
             c.add_row(r["config"], *cells)
         console.print(c)
@@ -270,7 +274,8 @@ def _json_default(x):
 CSV_COLUMNS = ("prompt_id", "category", "config", "engine", "drafter", "k", "repeats", "n_tokens", "wall_s",
                "tokens_per_s", "baseline", "speedup", "speedup_low", "speedup_high", "config_speedup",
                "config_speedup_low", "config_speedup_high", "run_reliable", "alpha", "draft_acceptance", "tau",
-               "drafted", "accepted", "rejected", "target_forwards", "draft_forwards", "time_prefill", "time_target",
+               "drafted", "accepted", "copied_accepted", "rejected", "target_forwards", "draft_forwards",
+               "time_prefill", "time_target",
                "time_draft", "time_verify", "time_other", "finish_reason", "equal_to_baseline")
 
 

@@ -173,7 +173,7 @@ def _merge(copied: Draft, drafted: Draft | None, use_copy: torch.Tensor, k_model
     if copied.accept_prob is not None:
         accept[use_copy, :Kc] = copied.accept_prob[use_copy]
     return Draft(tokens, probs, num, forwards=drafted.forwards if drafted is not None else 0, accept_prob=accept,
-                 confidence=conf)
+                 confidence=conf, copied=use_copy[:, None].expand(B, K).to(device))
 
 
 def _first_paths(d: Draft) -> list[list[int]]:
@@ -285,12 +285,12 @@ def _compose(copied: Draft, drafted: Draft | None, use_copy: torch.Tensor, free:
     probs = _dense_q(drafted, ~free & ~use_copy, tokens, ask, device) if dense else None
     if chain:
         return Draft(tokens.to(device), probs, num, accept_prob=torch.where(made, math.nan, accept),
-                     forwards=drafted.forwards if drafted is not None else 0, confidence=conf)
+                     forwards=drafted.forwards if drafted is not None else 0, confidence=conf, copied=~made)
     child_draw = (drafted.child_draw if drafted.child_draw in ("iid", "without_replacement") else "iid") \
         if dense else "top_k"
     return Draft(tokens.to(device), probs, num, parents.clone().to(device), child_draw,
                  drafted.forwards if drafted is not None else 0, accept, conf,
-                 drafted.fed if drafted is not None else 0)
+                 drafted.fed if drafted is not None else 0, ~made)
 
 
 def _dense_q(drafted: Draft, own: torch.Tensor, tokens: torch.Tensor, ask: DraftAsk, device: torch.device

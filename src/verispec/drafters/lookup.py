@@ -173,8 +173,11 @@ class PromptLookupDrafter(DrafterBase):
         tokens, parents, accept, _ = order_by_reach(tokens, parents, accept, count)
         num = torch.where(trees, torch.minimum(count, nodes), count)
         W = int(num.max()) if B else 0
-        draft = Draft(tokens[:, :W], None, num, parents[:, :W].clone(), "top_k", accept_prob=accept[:, :W].clone())
-        return draft if not draft.is_chain else Draft(draft.tokens, None, num, accept_prob=draft.accept_prob)
+        copied = torch.ones(B, W, dtype=torch.bool)
+        draft = Draft(tokens[:, :W], None, num, parents[:, :W].clone(), "top_k", accept_prob=accept[:, :W].clone(),
+                      copied=copied)
+        return draft if not draft.is_chain else Draft(draft.tokens, None, num, accept_prob=draft.accept_prob,
+                                                      copied=copied)
 
     def _chains(self, k: torch.Tensor) -> Draft:
         """One chain per row: the continuation of the best match, up to ``k[b]`` tokens."""
@@ -195,7 +198,7 @@ class PromptLookupDrafter(DrafterBase):
             num[b] = n
             i = self._buckets(m, n)
             prob[b, :n] = (self.passed[b, i] + s * self.prior[i]) / (self.tried[b, i] + s)
-        return Draft(tokens, None, num, accept_prob=prob)
+        return Draft(tokens, None, num, accept_prob=prob, copied=torch.ones(B, K, dtype=torch.bool))
 
     def _tensors(self) -> list[torch.Tensor]:
         """Each row's context as an int64 tensor: the one kept for that context list, grown by what

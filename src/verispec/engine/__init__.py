@@ -13,7 +13,7 @@ from .decoder import GenerationStream, SpeculativeDecoder, TextDelta
 from .kpolicy import KPolicy
 from .requests import Completion, Request, RequestOutput
 from .state import BatchState
-from .stats import GenerationResult, GenerationStats, add_counts
+from .stats import GenerationResult, GenerationStats, accepted_slot, add_counts
 
 __all__ = ["SpeculativeDecoder", "GenerationResult", "GenerationStats", "GenerationStream", "TextDelta", "KPolicy",
-           "Request", "RequestOutput", "Completion", "BatchState", "add_counts"]
+           "Request", "RequestOutput", "Completion", "BatchState", "add_counts", "accepted_slot"]

@@ -10,8 +10,9 @@ import torch
 from ..draft import node_depths, tree_outcome
 from ..verify import Verification
 
-__all__ = ["GenerationStats", "GenerationResult", "add_counts", "account", "account_tree", "tree_depths", "uncount", "add_calibration",
-           "BONUS", "residual_origin"]
+__all__ = ["GenerationStats", "GenerationResult", "add_counts", "account", "account_tree", "account_copied",
+           "tree_depths", "uncount", "add_calibration", "BONUS", "residual_origin", "copied_origin",
+           "accepted_slot"]
 
 
 @dataclass
@@ -28,7 +29,9 @@ class GenerationStats:
       alpha whenever drafts follow a rejection, e.g. 0.38 for alpha 0.65 at K = 4;
     * ``tau`` = emitted tokens per row-pass (``row_steps``; a row's prefill counts as one pass
       that drafted nothing, as it emits the row's first token; 1 for target-only);
-    * ``per_position_acceptance[i]`` = P(draft slot i accepted | slots < i accepted).
+    * ``per_position_acceptance[i]`` = P(draft slot i accepted | slots < i accepted);
+    * ``copied_share`` = copied_accepted / accepted: the accepted drafts that prompt lookup copied
+      from the context rather than a model drew (``Draft.copied``; 0 for a model alone).
 
     Only returned tokens count: drafts the verifier accepted after an EOS, or that a stop
     string cut off, are neither accepted nor tested (the draft counts as cut where its row
@@ -43,6 +46,8 @@ class GenerationStats:
     target_forwards: int = 0
     row_steps: int = 0  # sum over target forwards of the rows still generating, prefills included
     draft_forwards: int = 0
+    copied_drafted: int = 0  # drafts copied from the context (prompt lookup), of ``drafted``
+    copied_accepted: int = 0  # and of ``accepted``
     iterations: int = 0
     wall: float = 0.0
     time_prefill: float = 0.0
@@ -75,6 +80,10 @@ class GenerationStats:
         return self.accepted / self.drafted if self.drafted else float("nan")
 
     @property
+    def copied_share(self) -> float:
+        return self.copied_accepted / self.accepted if self.accepted else float("nan")
+
+    @property
     def tau(self) -> float:
         return self.emitted / self.row_steps if self.row_steps else float("nan")
 
@@ -92,11 +101,12 @@ class GenerationStats:
 
     def as_dict(self) -> dict:
         keys = ("drafted", "accepted", "rejected", "emitted", "target_forwards", "row_steps", "draft_forwards",
-                "iterations", "wall", "time_prefill", "time_target", "time_draft", "time_verify")
+                "copied_drafted", "copied_accepted", "iterations", "wall", "time_prefill", "time_target", "time_draft", "time_verify")
         d = {k: getattr(self, k) for k in keys}
         d.update(calibration=self.calibration, empty_drafts=self.draft_lengths[0] if self.draft_lengths else 0)
         d.update(alpha=self.alpha, draft_acceptance=self.draft_acceptance, tau=self.tau, time_other=self.time_other,
-                 tokens_per_second=self.tokens_per_second, per_position_acceptance=self.per_position_acceptance)
+                 tokens_per_second=self.tokens_per_second, per_position_acceptance=self.per_position_acceptance,
+                 copied_share=self.copied_share)
         if self.tree_tested:
             d["tree_acceptance"] = {f"{k[0]},{k[1]}": [self.tree_accepted.get(k, 0), n]
                                     for k, n in sorted(self.tree_tested.items())}
@@ -179,16 +189,51 @@ def residual_origin(slot: int) -> int:
     return -2 - slot
 
 
+COPIED = 1 << 16  # origin codes from here on: an accepted draft that prompt lookup copied
+
+
+def copied_origin(slot: int) -> int:
+    """Origin code of the accepted draft at ``slot`` when it was copied from the context."""
+    return COPIED + slot
+
+
+def accepted_slot(origin: int) -> int | None:
+    """The draft slot of an accepted draft's origin code (copied or not), None for other tokens."""
+    if origin < 0:
+        return None
+    return origin - COPIED if origin >= COPIED else origin
+
+
+def account_copied(stats: GenerationStats, out: Verification, copied: torch.Tensor | None, n_draft: torch.Tensor
+                   ) -> torch.Tensor:
+    """Count the copied nodes (``copied [B, N]`` bool, ``Draft.copied``; None: none) among the
+    ``n_draft [B]`` drafted and on the accepted path; returns ``[B, K]`` bool, whether the i-th
+    accepted draft of each row was copied."""
+    path = out.accepted_nodes().cpu()  # [B, K] node index of the i-th accepted draft, -1 after
+    if copied is None or path.shape[1] == 0:
+        return torch.zeros(path.shape, dtype=torch.bool)
+    copied = copied.cpu()
+    N = copied.shape[1]
+    stats.copied_drafted += int((copied & (torch.arange(N)[None] < n_draft[:, None])).sum())
+    on_path = copied.gather(1, path.clamp(0, max(N - 1, 0))) & (path >= 0)  # [B, K]
+    stats.copied_accepted += int(on_path.sum())
+    return on_path
+
+
 def uncount(stats: GenerationStats, origins: Sequence[int]) -> None:
     """Take dropped tokens (after an EOS, or cut by a stop string) back out of the stats.
 
-    ``origins`` codes one dropped token each: ``s >= 0`` an accepted draft at slot s, ``BONUS``,
-    or ``residual_origin(s)`` (drawn after slot s was rejected). The dropped tokens are always
+    ``origins`` codes one dropped token each: ``s >= 0`` an accepted draft at slot s
+    (``copied_origin(s)`` when it was copied), ``BONUS``, or ``residual_origin(s)`` (drawn after
+    slot s was rejected). The dropped tokens are always
     a suffix of their row, so this leaves the stats of a draft cut where the row now ends: its
     later slots count as drafted but not tested (neither accepted nor rejected), as nothing
     returned depends on their outcome.
     """
     for o in origins:
+        if o >= COPIED:
+            stats.copied_accepted -= 1
+            o -= COPIED
         if o >= 0:
             stats.accepted -= 1
             stats.slot_accepted[o] -= 1

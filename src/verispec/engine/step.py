@@ -37,7 +37,8 @@ from ..sampling import RowParams, check_logits, fit_vocab, logits_to_probs, spli
 from ..verify import Verification, merge_rows, verify_argmax, verify_argmax_tree, verify_draft
 from .requests import Completion, RequestOutput
 from .state import BatchState, Row
-from .stats import BONUS, GenerationStats, account, account_tree, add_calibration, residual_origin, tree_depths, uncount
+from .stats import (BONUS, GenerationStats, account, account_copied, account_tree, add_calibration, copied_origin,
+                    residual_origin, tree_depths, uncount)
 from .text import find_stop, trim_to_text
 
 if TYPE_CHECKING:
@@ -196,7 +197,8 @@ def commit(m: Models, state: BatchState, d: Draft, out: Verification, hidden: to
     account(state.stats, out, n_draft, seen)
     if d.parents is not None:
         account_tree(state.stats, out, d.parents, n_draft)
-    emitted = _emit(state.rows, state.stats, out, n_draft if seen is None else seen, m.eos_ids)
+    copied = account_copied(state.stats, out, d.copied, n_draft)  # [B, K]
+    emitted = _emit(state.rows, state.stats, out, n_draft if seen is None else seen, copied, m.eos_ids)
     if m.drafter is not None:  # the K policies learn from what was drafted
         if d.parents is not None:
             state.policy.observe_tree(out.accepted_nodes(), d.parents, n_draft, d.accept_prob)
@@ -212,8 +214,8 @@ def commit(m: Models, state: BatchState, d: Draft, out: Verification, hidden: to
     return outputs
 
 
-def _emit(rows: list[Row], stats: GenerationStats, out: Verification, n_draft: torch.Tensor, eos_ids: frozenset[int]
-          ) -> list[list[int]]:
+def _emit(rows: list[Row], stats: GenerationStats, out: Verification, n_draft: torch.Tensor, copied: torch.Tensor,
+          eos_ids: frozenset[int]) -> list[list[int]]:
     """Per row of ``rows`` (the verification's rows), the emitted tokens, cut after an EOS; rows ending by EOS or length get their reason.
 
     The stats count the whole verification first; tokens then dropped (after an EOS, or by a
@@ -221,12 +223,13 @@ def _emit(rows: list[Row], stats: GenerationStats, out: Verification, n_draft: t
     returned.
     """
     n_emit, n_acc, n_dr = out.num_emitted.tolist(), out.num_accepted.tolist(), n_draft.tolist()
-    rows_tokens = out.tokens.tolist()
+    rows_tokens, rows_copied = out.tokens.tolist(), copied.tolist()
     emitted = []
     for b, row in enumerate(rows):
         new = rows_tokens[b][: n_emit[b]]
         # accepted drafts at slots 0..n_acc-1, then the bonus or the residual after a rejection
-        why = list(range(n_acc[b])) + [BONUS if n_acc[b] == n_dr[b] else residual_origin(n_acc[b])]
+        why = [copied_origin(s) if rows_copied[b][s] else s for s in range(n_acc[b])]
+        why.append(BONUS if n_acc[b] == n_dr[b] else residual_origin(n_acc[b]))
         eos = next((i for i, t in enumerate(new) if t in eos_ids), None)
         if eos is not None:
             uncount(stats, why[eos + 1:])
@@ -318,7 +321,7 @@ def first_tokens(m: Models, state: BatchState, first: int, logits: torch.Tensor)
     out = _verify(m, state, d, logits[:, None], state.params.rows(index), state.seeds[index.to(state.seeds.device)],
                   positions, methods)
     account(state.stats, out, d.num_draft)  # a pass of the row that drafted nothing
-    emitted = _emit(rows, state.stats, out, d.num_draft, m.eos_ids)
+    emitted = _emit(rows, state.stats, out, d.num_draft, torch.zeros(n, 0, dtype=torch.bool), m.eos_ids)
     state.last[first:] = torch.tensor([r.generated[-1] for r in rows], dtype=torch.int64, device=state.last.device)
     return [_output(m.target.tokenizer, state, row, new) for row, new in zip(rows, emitted)]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..engine import Request, SpeculativeDecoder
+from ..engine import Request, SpeculativeDecoder, accepted_slot
 from .drafting import NO_CAP, CappedDrafter, load_cap
 from .metrics import Metrics
 from .protocol import CompletionSpec
@@ -301,7 +301,8 @@ class Scheduler:
     def _finish(self, job: Job, completion, now: float) -> None:
         del self._jobs[job.id]
         origins = list(getattr(job.row, "origins", []) or [])
-        accepted = sum(1 for o in origins if o >= 0)
+        slots = [s for s in map(accepted_slot, origins) if s is not None]  # the accepted drafts' slots
+        accepted = len(slots)
         tokens = len(completion.token_ids)
         stats = {"drafted": job.drafted, "accepted": accepted, "target_passes": job.passes,
                  "tau": round(tokens / job.passes, 4) if job.passes else None,
@@ -310,9 +311,8 @@ class Scheduler:
         m.num_drafts.inc(job.drafts)
         m.num_draft_tokens.inc(job.drafted)
         m.num_accepted_tokens.inc(accepted)
-        for o in origins:
-            if o >= 0:
-                m.accepted_per_pos.labels(position=str(o)).inc()
+        for s in slots:
+            m.accepted_per_pos.labels(position=str(s)).inc()
         m.e2e.observe(now - job.arrival)
         m.finished.labels(finished_reason=completion.finish_reason).inc()
         ttft = (job.first_at - job.arrival) if job.first_at is not None else float("nan")

@@ -120,8 +120,9 @@ def test_a_head_trains_on_answer_shards_and_reports_agreement_per_family(tmp_pat
     logs: list[str] = []
     summary = train_head(tiny_target, answer_shards(tmp_path / "train"), answer_shards(tmp_path / "held"),
                          tmp_path / "out", init_from=str(tmp_path / "init"), steps=4, lr=1e-2, held_eval=2,
-                         log=logs.append)
+                         seed=3, log=logs.append)
     assert set(summary["after"]) == {"chat", "math", "all"}
+    assert (summary["seed"], summary["steps"], summary["lr"]) == (3, 4, 1e-2)  # the recipe, to rerun it
     assert summary["after"]["all"]["sequences"] == len(JOBS)
     assert summary["train_answer_positions"] == sum(1 for p in answer_shards(tmp_path / "train")
                                                     for g in read_answer_shard(p)[0]["generated"].flatten() if g)

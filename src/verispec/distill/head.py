@@ -159,6 +159,7 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
                "train_families": per_family, "balance": balance, "init_from": init_from, "map_size": len(vmap),
                "map_coverage_before": before_cov,
                "map_coverage": coverage, "steps": result["steps"], "lr": lr, "batch_size": batch_size, "depth": depth,
+               "seed": seed,
                "autocast": str(autocast) if autocast is not None else None, "taps": list(taps),
                "seconds": seconds, "train": result, "before": before, "after": after}
     save_eagle_head(head, out, vocab_map=vmap, meta={"target": target.name, "train": summary})

@@ -101,7 +101,8 @@ class GenerationStats:
 
     def as_dict(self) -> dict:
         keys = ("drafted", "accepted", "rejected", "emitted", "target_forwards", "row_steps", "draft_forwards",
-                "copied_drafted", "copied_accepted", "iterations", "wall", "time_prefill", "time_target", "time_draft", "time_verify")
+                "copied_drafted", "copied_accepted", "iterations", "wall", "time_prefill", "time_target", "time_draft",
+                "time_verify")
         d = {k: getattr(self, k) for k in keys}
         d.update(calibration=self.calibration, empty_drafts=self.draft_lengths[0] if self.draft_lengths else 0)
         d.update(alpha=self.alpha, draft_acceptance=self.draft_acceptance, tau=self.tau, time_other=self.time_other,

@@ -232,13 +232,12 @@ def uncount(stats: GenerationStats, origins: Sequence[int]) -> None:
     returned depends on their outcome.
     """
     for o in origins:
-        if o >= COPIED:
-            stats.copied_accepted -= 1
-            o -= COPIED
-        if o >= 0:
+        slot = accepted_slot(o)
+        if slot is not None:
             stats.accepted -= 1
-            stats.slot_accepted[o] -= 1
-            stats.slot_tested[o] -= 1
+            stats.copied_accepted -= int(o >= COPIED)
+            stats.slot_accepted[slot] -= 1
+            stats.slot_tested[slot] -= 1
         elif o != BONUS:
             stats.rejected -= 1
             stats.slot_tested[-2 - o] -= 1

@@ -191,3 +191,36 @@ def test_a_tapped_head_round_trips_through_its_files(tmp_path) -> None:
         if not k.startswith("body.embed_tokens"):
             torch.testing.assert_close(back.head.state_dict()[k], v.float().double(), atol=0, rtol=0)
     assert back.head.taps.proj.weight.abs().sum() > 0
+
+
+def test_a_head_widened_to_more_layers_starts_as_it_was(tmp_path) -> None:
+    """``widen_taps``: a head reading layer 1, laid out to read layers (2, 1), unrolls exactly the
+    old predictions whatever layer 2 holds; its blocks sit at layer 1's new place (moving them to
+    the wrong block, or leaving the new gain at zero, changes what it reads). Training from it
+    with the wider taps works; a head's layers missing from the new taps are refused."""
+    from verispec.drafters.eagle_head import widen_taps
+
+    target, files = _tapped_setup(seed=4, taps=(1,))
+    old = files.head
+    with torch.no_grad():
+        old.taps.proj.weight.normal_(std=0.1)
+        old.taps.gain.uniform_(0.5, 1.5)
+    wide = EagleHead(eagle_config(target.model.config, (2, 1))).to(old.fc.weight.dtype)
+    wide.load_state_dict(widen_taps(old.state_dict(), (1,), (2, 1)), strict=False)
+    assert torch.equal(wide.taps.gain[0], torch.ones_like(wide.taps.gain[0]))
+    embed = target.model.get_input_embeddings()
+    ids = _ids(6)
+    with torch.no_grad():
+        f, taps = target_taps(target.model, ids, (2, 1))
+        want = unrolled_predictions(old, embed, f, ids, depth=3, taps=taps[:, :, 1:])
+        got = unrolled_predictions(wide, embed, f, ids, depth=3, taps=taps)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    weight = torch.ones(2, 10, dtype=torch.uint8)
+    data = FeatureSet(ids.int(), f, weight, weight, taps, (2, 1))
+    head, _ = train_eagle(target.model, data, data, torch.arange(64), tmp_path, steps=0, init_from=old, taps=(2, 1),
+                          log=lambda *_: None)
+    torch.testing.assert_close(head.taps.proj.weight.double(), wide.taps.proj.weight.float().double(), atol=0, rtol=0)
+    with pytest.raises(ValueError, match=r"init_from reads layers \[1\], which must all be among them"):
+        train_eagle(target.model, data, data, torch.arange(64), tmp_path, steps=0, init_from=old, taps=(2,),
+                    log=lambda *_: None)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -28,8 +29,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import DynamicCache
 
-from ..drafters.eagle_head import EagleHead, eagle_config, target_features
+from ..drafters.eagle_head import EagleHead, eagle_config, target_features, widen_taps
 from .training import atomic_save, cosine_lr, load_training_state, save_training_state
+
+if TYPE_CHECKING:
+    from .features_on_disk import FeaturesOnDisk
 
 __all__ = ["FeatureSet", "feature_path", "make_features", "train_eagle", "evaluate_eagle", "held_out_batches",
            "ttt_mask"]
@@ -287,7 +291,7 @@ def steps_within(budget_s: float, elapsed_s: float, done: int, step: int, steps:
     return min(steps, max(step, step + int((budget_s - elapsed_s) / per_step)))
 
 
-def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: torch.Tensor, out: Path, *,
+def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureSet, vocab_map: torch.Tensor, out: Path, *,
                 steps: int, batch_size: int = 4, lr: float = 3e-3, depth: int = 3, noise: float = 0.05,
                 reg_weight: float = 0.1, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
                 ckpt_every: int = 100, sample_weight: torch.Tensor | None = None, init_from: EagleHead | None = None,
@@ -295,6 +299,9 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
                 autocast: torch.dtype | None = None, taps: Sequence[int] | None = None, progress=None,
                 log=print) -> tuple[EagleHead, dict]:
     """Train (or resume from ``out/checkpoints/eagle-last.safetensors``) an EAGLE head.
+
+    ``train``: in memory or read batch by batch from its shards (:class:`FeaturesOnDisk`: the
+    same batches, the same weights).
 
     ``sample_weight [N]``: relative probability of drawing each training sequence (default
     uniform). ``init_from``: start from these weights (fine-tuning) instead of the
@@ -308,8 +315,9 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
     weights, gradients, optimizer and the softmaxes stay float32), several times faster on CPUs
     with bfloat16 matrix units. ``taps``: the target's decoder layers the head reads beside its
     final features (a :class:`~verispec.drafters.eagle_head.TapFusion`; default: those of
-    ``init_from``, else none); an ``init_from`` without them starts with the fusion at zero, so
-    training starts from exactly its drafts. The training and held-out sets must hold those taps.
+    ``init_from``, else none); an ``init_from`` without them, or with some of them, starts with
+    the fusion of the layers it lacks at zero (:func:`~verispec.drafters.eagle_head.widen_taps`),
+    so training starts from exactly its drafts. The training and held-out sets must hold those taps.
     """
     torch.manual_seed(seed)
     if taps is None:
@@ -317,9 +325,12 @@ def train_eagle(target_model, train: FeatureSet, held: FeatureSet, vocab_map: to
     head = EagleHead(eagle_config(target_model.config, taps))
     head.init_from_target(target_model)
     if init_from is not None:
-        if init_from.feature_taps and tuple(taps) != init_from.feature_taps:
-            raise ValueError(f"taps {list(taps)}: init_from reads layers {list(init_from.feature_taps)}")
-        missing, unexpected = head.load_state_dict(init_from.state_dict(), strict=False)
+        try:
+            state = widen_taps(init_from.state_dict(), init_from.feature_taps, taps)
+        except ValueError as e:
+            raise ValueError(f"taps {list(taps)}: init_from reads layers {list(init_from.feature_taps)}, "
+                             "which must all be among them") from e
+        missing, unexpected = head.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("taps.") for k in missing):
             raise ValueError(f"init_from does not match the head (missing {missing[:3]}, unexpected {unexpected[:3]})")
     head.train()

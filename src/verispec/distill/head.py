@@ -21,6 +21,7 @@ import torch
 if TYPE_CHECKING:
     from ..drafters.eagle_head import EagleHead
     from .eagle_train import FeatureSet
+    from .features_on_disk import FeaturesOnDisk
     from ..models import CausalLM
 
 __all__ = ["answer_vocab_map", "family_agreement", "family_weights", "load_answers", "main", "map_coverage",
@@ -70,10 +71,13 @@ def family_weights(families: Sequence[str]) -> torch.Tensor:
     return torch.tensor([1.0 / counts[f] for f in families], dtype=torch.float64)
 
 
-def load_answers(paths: Sequence[Path], taps: bool = True) -> tuple[FeatureSet, list[str]]:
+def load_answers(paths: Sequence[Path], taps: bool = True,
+                 on_disk: bool = False) -> tuple[FeatureSet | FeaturesOnDisk, list[str]]:
     """Answer shards (with features) as one :class:`FeatureSet`, and each sequence's family
-    (``taps``: with the shards' taps, where every shard has the same)."""
+    (``taps``: with the shards' taps, where every shard has the same). ``on_disk``: features and
+    taps stay in the shards and are read batch by batch (:class:`FeaturesOnDisk`)."""
     from .eagle_train import FeatureSet
+    from .features_on_disk import FeaturesOnDisk
     from .answers import read_answer_index
 
     if not paths:
@@ -84,7 +88,7 @@ def load_answers(paths: Sequence[Path], taps: bool = True) -> tuple[FeatureSet, 
         if "features" not in names:
             raise ValueError(f"{p} has no features: write it with `distill.answers --features`")
         families += fam
-    return FeatureSet.load(paths, taps=taps), families
+    return (FeaturesOnDisk(paths, taps=taps) if on_disk else FeatureSet.load(paths, taps=taps)), families
 
 
 def family_agreement(head: EagleHead, target: CausalLM, vocab_map: torch.Tensor, held: FeatureSet,
@@ -129,7 +133,7 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
         raise ValueError("init_from must name a head directory with a vocab map (e.g. 'eagle')")
     if taps is None:
         taps = init.head.feature_taps
-    train, train_fam = load_answers(train_paths, taps=bool(taps))
+    train, train_fam = load_answers(train_paths, taps=bool(taps), on_disk=True)  # read batch by batch
     held, held_fam = load_answers(held_paths, taps=bool(taps))
     before_cov = map_coverage(held, init.vocab_map, held_fam)
     vmap = init.vocab_map

@@ -46,7 +46,7 @@ from ..models.kernels import (cache_evictor, fp16_linear, int8_linear, invariant
                              packed_linear)
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "TapFusion", "eagle_config",
-           "target_features", "target_taps", "check_taps", "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir",
+           "target_features", "target_taps", "check_taps", "widen_taps", "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir",
            "capability_draft_weights"]
 
 EAGLE_FORMAT = "verispec-eagle-v1"
@@ -118,6 +118,29 @@ class TapFusion(nn.Module):
         x = taps.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.gain.float()
         return features + self.proj(x.flatten(-2).to(self.proj.weight.dtype)).to(features.dtype)
+
+
+def widen_taps(state: dict[str, torch.Tensor], old: Sequence[int], new: Sequence[int]) -> dict[str, torch.Tensor]:
+    """A head's ``state`` dict that reads the target's layers ``old``, laid out for a head that
+    reads ``new`` (a superset, any order): each old layer's gain row and block of the fusion's
+    columns move to that layer's place, a new layer gets gain 1 and zero columns. So the widened
+    head fuses exactly what the old one did, whatever the new layers hold, and training starts
+    from its drafts (as a head without taps given taps starts, :class:`TapFusion`)."""
+    old, new = tuple(old), tuple(new)
+    if not set(old) <= set(new):
+        raise ValueError(f"taps {list(new)}: the head reads layers {list(old)}, which are not all among them")
+    state = dict(state)
+    if not old:
+        return state  # a head without taps: the new fusion starts at zero already
+    gain, proj = state["taps.gain"], state["taps.proj.weight"]  # [n_old, H], [H, n_old * H]
+    H = gain.shape[1]
+    wide_gain, wide_proj = gain.new_ones(len(new), H), proj.new_zeros(H, len(new) * H)
+    for i, layer in enumerate(old):
+        j = new.index(layer)
+        wide_gain[j] = gain[i]
+        wide_proj[:, j * H:(j + 1) * H] = proj[:, i * H:(i + 1) * H]
+    state["taps.gain"], state["taps.proj.weight"] = wide_gain, wide_proj
+    return state
 
 
 class EagleHead(nn.Module):

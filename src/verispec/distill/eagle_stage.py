@@ -76,6 +76,7 @@ def train_export_eagle(cfg: DistillConfig, out: Path, tgt: CausalLM, tr_files: l
     ``stages``. Returns the summary entries ``train`` (and ``size_bytes``, ``cost``, ``acceptance``)."""
     from ..drafters.eagle_head import features_match_logits
     from .eagle_train import FeatureSet, make_features, train_eagle
+    from .features_on_disk import FeaturesOnDisk
 
     if not features_match_logits(tgt.model):
         raise ValueError(f"target {cfg.target!r} does not compute its logits as lm_head(final hidden state); "
@@ -84,7 +85,7 @@ def train_export_eagle(cfg: DistillConfig, out: Path, tgt: CausalLM, tr_files: l
         task = bar.add_task("target features", total=len(tr_files) + len(he_files))
         ftr = make_features(tgt.model, tr_files, progress=bar, task=task)
         fhe = make_features(tgt.model, he_files, progress=bar, task=task)
-        train, held = FeatureSet.load(ftr), FeatureSet.load(fhe)
+        train, held = FeaturesOnDisk(ftr), FeatureSet.load(fhe)  # training reads its batches from disk
         head, result = train_eagle(tgt.model, train, held, vmap, out, steps=cfg.steps, batch_size=cfg.batch_size,
                                    lr=cfg.lr, depth=cfg.depth, noise=cfg.feature_noise, seed=cfg.seed,
                                    sample_weight=sample_weight, init_from=init,

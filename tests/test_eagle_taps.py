@@ -221,6 +221,10 @@ def test_a_head_widened_to_more_layers_starts_as_it_was(tmp_path) -> None:
     head, _ = train_eagle(target.model, data, data, torch.arange(64), tmp_path, steps=0, init_from=old, taps=(2, 1),
                           log=lambda *_: None)
     torch.testing.assert_close(head.taps.proj.weight.double(), wide.taps.proj.weight.float().double(), atol=0, rtol=0)
+    # features holding more layers than a head reads give it its own, in its order
+    torch.testing.assert_close(data.head_taps(old, 10), taps[:, :, 1:].float(), atol=0, rtol=0)
+    with pytest.raises(ValueError, match=r"reads the target's layers \[1\]; these features hold \[2\]"):
+        FeatureSet(ids.int(), f, weight, weight, taps[:, :, :1], (2,)).head_taps(old, 10)
     with pytest.raises(ValueError, match=r"init_from reads layers \[1\], which must all be among them"):
         train_eagle(target.model, data, data, torch.arange(64), tmp_path, steps=0, init_from=old, taps=(2,),
                     log=lambda *_: None)

@@ -121,14 +121,16 @@ class FeatureSet:
                           self.tap_layers)
 
     def head_taps(self, head: EagleHead, end: int) -> torch.Tensor | None:
-        """The taps ``[N, end, n, H]`` float32 ``head`` reads (None for a head without taps);
-        raises if these sequences lack them."""
+        """The taps ``[N, end, n, H]`` float32 ``head`` reads, in its order, from those these
+        sequences hold (which may be more: heads reading fewer layers are compared on one set);
+        None for a head without taps; raises if these sequences lack any of them."""
         if not head.feature_taps:
             return None
-        if self.tap_layers != head.feature_taps:
+        if not set(head.feature_taps) <= set(self.tap_layers):
             raise ValueError(f"the head reads the target's layers {list(head.feature_taps)}; these features hold "
                              f"{list(self.tap_layers) or 'none'} (write them with `distill features --taps`)")
-        return self.taps[:, :end].float()
+        pick = [self.tap_layers.index(layer) for layer in head.feature_taps]
+        return self.taps[:, :end, pick].float()
 
 
 def ttt_mask(T: int, step: int, dtype: torch.dtype = torch.float32, start: int = 0) -> torch.Tensor:

@@ -36,6 +36,8 @@ def test_every_subset_is_the_in_memory_sets(tmp_path) -> None:
     paths = _shards(tmp_path)
     mem, disk = FeatureSet.load(paths), FeaturesOnDisk(paths)
     assert len(disk) == len(mem) == 6 and disk.tap_layers == mem.tap_layers == (1,)
+    held = {k for k, v in vars(disk).items() if isinstance(v, torch.Tensor)}
+    assert held == {"input_ids", "weight", "generated", "_shard", "_row"}, held  # features and taps stay on disk
     for k in ("input_ids", "weight", "generated"):
         assert torch.equal(getattr(disk, k), getattr(mem, k)), k
     for idx in ([5, 0, 3], [2, 2, 4, 1], [0, 1, 2, 3, 4, 5]):

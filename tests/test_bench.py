@@ -282,9 +282,14 @@ def _args(*argv: str) -> argparse.Namespace:
     return p.parse_args(list(argv))
 
 
-def test_bench_end_to_end_writes_every_output(tiny_pair, tmp_path: Path, one_thread, capsys) -> None:
+def test_bench_end_to_end_writes_every_output(tiny_pair, tmp_path: Path, one_thread, capsys, monkeypatch) -> None:
+    from verispec.bench import command
+    from verispec.engine import costs
+
     target, draft, prompts = tiny_pair
     out = tmp_path / "out"
+    retimed = []
+    monkeypatch.setattr(command, "retime_costs", lambda on=True: retimed.append(on) or costs.retime_costs(on))
     rc = run_bench(_args("--target", str(target), "--draft", "ngram", "--draft", str(draft), "--prompts", str(prompts),
                          "--max-new-tokens", "6", "--k", "2,auto", "--compare", "hf", "--threads", "1",
                          "--out", str(out)))
@@ -324,6 +329,8 @@ def test_bench_end_to_end_writes_every_output(tiny_pair, tmp_path: Path, one_thr
     assert not list(out.glob(".*tmp"))  # atomic writes leave no temp files
     text = capsys.readouterr().out
     assert "greedy check: every speculative output equals target-only" in text
+    assert report["pass_costs"]["timed_afresh"] is True and "(timed before the run;" in text
+    assert retimed == [True, False] and costs._RETIME["on"] is False  # then the process reads the file again
 
 
 def test_bench_sampling_gumbel_is_drafter_invariant(one_thread) -> None:

@@ -359,3 +359,43 @@ def test_rejected_copies_do_not_count_against_the_model_drafts_first_token():
     assert k.ask(torch.tensor([20]), CPU, scoring=True)[0].item() == 8
     k.observe(torch.tensor([0]), torch.tensor([4]), torch.full((1, 4), 0.5, dtype=torch.float64))
     assert k.tried[0, 0] == 1 and k.passed[0, 0] == 0  # a model draft's first token does count
+
+
+def test_retimed_tables_are_timed_once_in_the_process_whatever_the_file_holds(tiny_target, tiny_draft, tmp_path,
+                                                                              monkeypatch):
+    """``retime_costs()`` (what ``verispec bench`` does): a table kept in the file is timed again
+    once, served for the rest of the process and written over the file's; a busy timing serves the
+    process but never replaces a quiet table; ``retime_costs(False)`` reads the file again."""
+    import json
+
+    from verispec.engine import costs as costs_module
+
+    monkeypatch.setenv("VERISPEC_COSTS", str(tmp_path / "costs.json"))
+    cores = costs_module.os.cpu_count() or 1
+    load = [cores - 1.0]
+    monkeypatch.setattr(costs_module.os, "getloadavg", lambda: (load[0], 1.0, 1.0))
+    timings = iter([{1: 5.0, 2: 6.0}, {1: 1.0, 2: 1.1}, {1: 3.0, 2: 3.3}])
+    timed = []
+    monkeypatch.setattr(costs_module, "_time_widths", lambda target, w: timed.append(w) or next(timings))
+    monkeypatch.setattr(costs_module, "_CACHE", {})
+
+    def measure() -> PassCosts:
+        return measure_pass_costs(tiny_target, ModelDrafter(tiny_draft), 2)
+
+    def kept() -> dict:
+        return {k: v["verify"] for k, v in json.loads((tmp_path / "costs.json").read_text()).items()}
+
+    try:
+        assert measure().verify == {1: 5.0, 2: 6.0}  # the file's table, timed by an earlier process
+        assert measure().verify == {1: 5.0, 2: 6.0} and len(timed) == 1
+        costs_module.retime_costs()
+        assert measure().verify == {1: 1.0, 2: 1.1} and len(timed) == 2  # afresh, though the file had one
+        assert measure().verify == {1: 1.0, 2: 1.1} and len(timed) == 2  # once per process
+        assert list(kept().values()) == [{"1": 1.0, "2": 1.1}]
+        load[0] = cores + 2.0
+        costs_module.retime_costs()  # a new run on a busy machine
+        assert measure().verify == {1: 3.0, 2: 3.3} and measure().verify == {1: 3.0, 2: 3.3}
+        assert list(kept().values()) == [{"1": 1.0, "2": 1.1}]  # the quiet table stays in the file
+    finally:
+        costs_module.retime_costs(False)
+    assert measure().verify == {1: 1.0, 2: 1.1} and len(timed) == 3  # the file again

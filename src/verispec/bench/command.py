@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..drafters import DEFAULT_DRAFT_MODEL
-from ..engine.costs import machine_busy
+from ..engine.costs import machine_busy, retime_costs
 from ..sampling import SamplingParams
 from ..workloads import BUILTIN_WORKLOADS, BenchPrompt, load_prompt_file, load_workload
 
@@ -59,6 +59,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                    help="pin the pass-cost table --k auto weighs for every row: JSON {\"verify\": {\"1\": v1, ...}, "
                         "\"draft_step\": c} (default: measured for greedy and gumbel, a fixed reference model for "
                         "sampled exact rows)")
+    g.add_argument("--reuse-costs", action="store_true",
+                   help="weigh --k auto with the pass-cost tables kept in the costs file (default: time them "
+                        "afresh at the start of the run, so the drafters compared are weighed with tables timed "
+                        "under the same conditions; the new tables replace the file's)")
     g = parser.add_argument_group("measurement")
     g.add_argument("--repeats", type=int, help="timed generations per prompt and config; each prompt's wall is "
                    "their median (default 3; --quick: 1)")
@@ -264,7 +268,19 @@ def _run_vllm(vllm: dict, run, report: dict, opt: dict, args: argparse.Namespace
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    """Run ``verispec bench`` with parsed ``args``; returns the exit code (130 if interrupted)."""
+    """Run ``verispec bench`` with parsed ``args``; returns the exit code (130 if interrupted).
+    Unless ``--reuse-costs``, the pass-cost tables ``k=auto`` weighs are timed afresh for the run
+    (:func:`~verispec.engine.costs.retime_costs`), and the process reads the costs file again after."""
+    if getattr(args, "reuse_costs", False):
+        return _run_bench(args)
+    retime_costs()
+    try:
+        return _run_bench(args)
+    finally:
+        retime_costs(False)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from ..models import load_causal_lm
@@ -301,6 +317,7 @@ def run_bench(args: argparse.Namespace) -> int:
     drafters = _load_drafters(args.draft, target, args.target, console, notes)
     with console.status("measuring pass costs ..."):
         pass_costs = pass_cost_table(target, drafters, _machine()["cpu"])
+    pass_costs["timed_afresh"] = not getattr(args, "reuse_costs", False)
     settings = BenchSettings(max_new_tokens=opt["max_new_tokens"], sampling=opt["sampling"], ks=opt["ks"],
                              repeats=opt["repeats"], seed=args.seed, method=opt["methods"][0],
                              methods=tuple(opt["methods"]),

@@ -397,7 +397,10 @@ def _print_pass_costs(pc: dict | None, console: Console) -> None:
     if not pc:
         return
     ratios = " ".join(f"{n}:{r:.2f}" for n, r in pc["ratio"].items())
-    console.print(f"pass costs on {pc['cpu']} (measured before the run; what k=auto weighs): v(1) = "
+    when = {True: "timed before the run",
+            False: "the costs file's, or timed now where it had none (--reuse-costs)"}.get(pc.get("timed_afresh"),
+                                                                                          "measured before the run")
+    console.print(f"pass costs on {pc['cpu']} ({when}; what k=auto weighs): v(1) = "
                   f"{pc['v1_ms']:.1f} ms; v(n)/v(1): {ratios}")
     for label, d in pc["drafters"].items():
         console.print(f"  draft step {label}: {d['draft_step_ms']:.2f} ms, c = {d['c']:.3f}")

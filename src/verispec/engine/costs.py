@@ -5,7 +5,8 @@ Two kinds of table, and which rows read which (:class:`CostTables`):
 * **measured** (:func:`measure_pass_costs`): timed on this machine when a decoder with a drafter
   first starts a batch, and kept in a file per model, drafter and machine (:func:`costs_file`,
   written read-modify-write under a file lock; a table timed while the machine was busy serves
-  until a process finds it quiet and times it again). Greedy and Gumbel rows read it: their text
+  until a process finds it quiet and times it again; ``verispec bench`` times its tables afresh,
+  :func:`retime_costs`). Greedy and Gumbel rows read it: their text
   does not depend on draft lengths, only their speed does. The table holds passes of one row
   (``verify``) and of B = 2, 4, 8, 16 rows (``rows``, a few widths per B, interpolated): a
   greedy or Gumbel row reads the pass-width curve of the batch it runs in
@@ -47,7 +48,7 @@ from ..kv import KVRunner
 from ..sampling import SamplingParams
 
 __all__ = ["PassCosts", "CostTables", "measure_pass_costs", "reference_costs", "load_costs", "costs_file",
-           "machine_busy", "REFERENCE_VERIFY_SLOPE", "REFERENCE_STEP_OVERHEAD"]
+           "machine_busy", "retime_costs", "REFERENCE_VERIFY_SLOPE", "REFERENCE_STEP_OVERHEAD"]
 
 _CONTEXT = 256  # tokens of context behind the timed passes (wide passes cost more behind a real context)
 _REPEATS = 5  # timed passes per width (interleaved over widths, after one untimed round); the median is kept
@@ -319,6 +320,24 @@ _STEP_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter 
 _STEP_ROWS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # the same for _DRAFT_ROWS rows
 
 
+# retime_costs(): whether tables are timed afresh in this process, and those it timed (disk key -> table)
+_RETIME: dict = {"on": False, "tables": {}}
+
+
+def retime_costs(on: bool = True) -> None:
+    """From now on in this process (``on``), time every measured table afresh the first time it
+    is asked for instead of reading the costs file's, and serve that one for the rest of the
+    process. ``verispec bench`` does, so that the drafters it compares are weighed with tables
+    timed under the same conditions: on a shared machine a table kept from other hours can weigh
+    a draft step far off (2.5 ms against 1.5 ms timed in the run). The new table replaces the
+    file's entry, except a quiet one by one timed busy. ``on=False``: read the file again."""
+    _RETIME["on"] = on
+    _RETIME["tables"] = {}
+    _CACHE.clear()  # the in-process timings too: afresh means after this call
+    _STEP_CACHE.clear()
+    _STEP_ROWS_CACHE.clear()
+
+
 def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int) -> PassCosts:
     """Median seconds of a target pass of each width 1..``max_width`` and of a draft step of
     ``drafter`` (its median ratio to a one-token pass, times v(1)): read from the costs file
@@ -327,15 +346,19 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
     (:func:`machine_busy`) is marked so and timed again by the first process that finds the machine quiet;
     widths or a draft step timed busy are never kept as quiet (the in-memory caches remember it).
     Reading, timing and writing happen under the costs file's lock (:func:`_locked`), so two
-    processes started together time a key once and never drop each other's entries. Only rows
-    whose text does not depend on draft lengths read this table (:class:`CostTables`)."""
+    processes started together time a key once and never drop each other's entries. After
+    :func:`retime_costs`, a table is timed afresh once per process whatever the file holds. Only
+    rows whose text does not depend on draft lengths read this table (:class:`CostTables`)."""
     disk_key = " | ".join([target.name, getattr(drafter, "name", "none"), machine_key(),
                            f"kernels {kernel_choice()} {_kernels_digest(target, drafter)}", f"widths {max_width}",
                            _METHOD])
     busy = machine_busy()
     with _locked():  # one process times and writes a key at a time; the others read what it wrote
         stored, stored_busy = _stored(disk_key, drafter is not None)
-        if stored is not None and (busy or not stored_busy):  # a busy table waits for a quiet machine
+        if _RETIME["on"]:
+            if disk_key in _RETIME["tables"]:
+                return _RETIME["tables"][disk_key]
+        elif stored is not None and (busy or not stored_busy):  # a busy table waits for a quiet machine
             return stored
         key = (id(target.model), max_width)
         cached = _CACHE.get(key)
@@ -347,8 +370,11 @@ def measure_pass_costs(target: CausalLM, drafter: Drafter | None, max_width: int
         verify = dict(widths)
         costs = PassCosts(verify, ratio * verify[1], {b: dict(ts) for b, ts in rows.items()},
                           {_DRAFT_ROWS: ratio_rows * _curve(rows[_DRAFT_ROWS], 1)} if drafter is not None else {})
-        # the table is as busy as the busiest of its parts' timings
-        _write_costs(disk_key, {**costs.to_json(), "busy": widths_busy or ratio_busy or rows_busy})
+        timed_busy = widths_busy or ratio_busy or rows_busy  # as busy as the busiest of its parts' timings
+        if _RETIME["on"]:
+            _RETIME["tables"][disk_key] = costs
+        if not (timed_busy and stored is not None and not stored_busy):  # a quiet table is never replaced by a busy one
+            _write_costs(disk_key, {**costs.to_json(), "busy": timed_busy})
     return costs
 
 

@@ -389,8 +389,12 @@ def test_retimed_tables_are_timed_once_in_the_process_whatever_the_file_holds(ti
         assert measure().verify == {1: 5.0, 2: 6.0}  # the file's table, timed by an earlier process
         assert measure().verify == {1: 5.0, 2: 6.0} and len(timed) == 1
         costs_module.retime_costs()
+        writes = []
+        write = costs_module._write_costs
+        monkeypatch.setattr(costs_module, "_write_costs", lambda *a: writes.append(a) or write(*a))
         assert measure().verify == {1: 1.0, 2: 1.1} and len(timed) == 2  # afresh, though the file had one
         assert measure().verify == {1: 1.0, 2: 1.1} and len(timed) == 2  # once per process
+        assert len(writes) == 1  # served from the process's own table, not timed and written again
         assert list(kept().values()) == [{"1": 1.0, "2": 1.1}]
         load[0] = cores + 2.0
         costs_module.retime_costs()  # a new run on a busy machine

@@ -9,12 +9,13 @@ window of the split in any kept archive)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from verispec.distill.answers import AnswerJob, generate_answers, read_answer_shard, read_jobs
-from verispec.distill.instructions import asked
+from verispec.distill.instructions import asked, general
 from verispec.engine import SpeculativeDecoder
 from verispec.workloads import outofstyle
 from verispec.workloads.outofstyle_text import QA_QUESTIONS
@@ -108,11 +109,39 @@ def test_no_world_question_is_one_of_the_splits(monkeypatch) -> None:
     assert [r[2] for r in closed] == ["what is the capital of Chad"]
 
 
-def test_only_parts_one_and_two_exist() -> None:
-    with pytest.raises(ValueError, match="part must be 1 or 2"):
-        asked.asked_instructions(part=3)
+def test_only_parts_one_two_and_three_exist() -> None:
+    with pytest.raises(ValueError, match="part must be 1, 2 or 3"):
+        asked.asked_instructions(part=4)
     with pytest.raises(SystemExit):
-        asked.main(["--out", "/tmp/x.jsonl", "--part", "3"])
+        asked.main(["--out", "/tmp/x.jsonl", "--part", "4"])
+
+
+def _fast_parts(monkeypatch) -> dict[int, list[dict]]:
+    """Parts 1-3 built from 1,800 made-up documentation units (two modules of each name) with no
+    translations or second turns: what each part takes from the shared lists."""
+    units = [(f"pkg.mod{i % 2}.f{i // 2}", f"Returns the thing number {i // 2}", f"Returns thing {i // 2}. Unique {i}.")
+             for i in range(1800)]
+    monkeypatch.setattr(asked, "doc_units", lambda packages: ([], units))
+    monkeypatch.setattr(asked, "_translations", lambda n, skip=0: [])
+    monkeypatch.setattr(asked, "_second_turns", lambda n, archive, start=0: [])
+    return {part: asked.asked_instructions(part=part) for part in (1, 2, 3)}
+
+
+def test_part_three_asks_nothing_parts_one_and_two_asked(monkeypatch) -> None:
+    parts = _fast_parts(monkeypatch)
+    three = parts[3]
+    assert all(line["id"].startswith("asked3-") and line["split"] == "train" for line in three)
+    earlier = [line for part in (1, 2) for line in parts[part]]
+    assert not {line["text"] for line in three} & {line["text"] for line in earlier}
+    for family in ("rag", "qa"):  # the documents after parts 1 and 2's, in the same family
+        before = {line["source"] for line in earlier if line["family"] == family and line["source"].startswith("doc:")}
+        mine = {line["source"] for line in three if line["family"] == family and line["source"].startswith("doc:")}
+        assert mine and not mine & before
+    assert {line["family"] for line in three} == {"rag", "qa"}  # no summaries; the rest patched out
+    tags = Counter(line["source"].split(":")[0] for line in three if line["family"] == "qa")
+    assert tags["doc"] and tags["unicode"] and tags["units"]
+    if general.ISO_3166_2.is_file():
+        assert tags["iso3166-2"] == asked.PART3["qa_regions"]
 
 
 def test_rag_prompts_hold_the_document_their_question_names() -> None:

@@ -20,12 +20,15 @@ split's (which reads numpy / scipy / networkx docstrings, the licence texts and 
   ``more-train`` (its instructions are the template corpus's), rendered through the chat template
   (``"chat": false``).
 
-``python -m verispec.distill.instructions.asked --out FILE.jsonl [--part 2]`` writes
+``python -m verispec.distill.instructions.asked --out FILE.jsonl [--part 2|3]`` writes
 ``{"id", "family", "source", "split": "train", "text"[, "chat": false]}`` lines: a pure function
 of the installed packages, locale and code-list files and archive. Part 2 takes, family by family,
 the candidates after part 1's (no family asks about a document, message, city or first answer it
 asked about in part 1), the ISO and Pygments questions, and asks for summaries of part 1's passages
-in other words. Every line is a training line; the evaluation split is the out-of-style file.
+in other words. Part 3 (``--part 3``) takes again the candidates after part 2's (documents, messages
+and first answers) and asks the general-knowledge trivia of :mod:`.general` (regions of ISO 3166-2,
+multi-word pictograph things, unit conversions); it asks for no summaries. Every line is a training
+line; the evaluation split is the out-of-style file.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pathlib import Path
 
 from ...workloads.outofstyle import base_verb, distinct_passages, doc_units, render_turns, stable_key
 from ...workloads.outofstyle_text import QA_QUESTIONS
+from .general import general_questions
 
 __all__ = ["FAMILIES", "PACKAGES", "asked_instructions", "city_names", "emoji_things", "main",
            "translation_sentences", "world_questions"]
@@ -100,6 +104,7 @@ FOLLOW_UPS = ("Can you make that shorter?", "Give me a concrete example.", "Now 
 PER_FAMILY = {"summarization": 500, "rag": 700, "qa_docs": 300, "qa_closed": 600, "translation": 800,
               "multiturn": 600}
 PART2 = {"summarization": 200, "rag": 400, "qa_docs": 300, "qa_closed": 900, "translation": 500, "multiturn": 300}
+PART3 = {"rag": 300, "qa_docs": 300, "qa_regions": 1400, "qa_things": 409, "translation": 400, "multiturn": 300}
 ISO_CODES = Path("/usr/share/iso-codes/json")
 COUNTRY_QUESTIONS = ("what currency does {c} use", "where is {c} located", "what is the capital of {c}",
                      "tell me about the history of {c}", "what languages are spoken in {c}",
@@ -243,6 +248,12 @@ def _qa(short: list, n_docs: int, n_closed: int, start_docs: int = 0, start_clos
     return rows + [("qa", src, q) for src, q in closed[:n_closed]]
 
 
+def _general(n_regions: int, n_things: int) -> list[tuple[str, str, str]]:
+    """Part 3's closed-book trivia (:func:`.general.general_questions`), none of the split's word for word."""
+    split = {q.lower().rstrip("?") for q in QA_QUESTIONS}
+    return [("qa", src, q) for src, q in general_questions(n_regions, n_things) if q.lower().rstrip("?") not in split]
+
+
 def _translations(n: int, skip: int = 0) -> list[tuple[str, str, str]]:
     """``n`` prompts of 1-3 messages each, the languages in turn; the first ``skip`` of each language's
     are passed over (part 1's, when part 2 asks)."""
@@ -279,15 +290,23 @@ def _second_turns(n: int, archive: Path, start: int = 0) -> list[tuple[str, str,
 
 
 def asked_instructions(per_family: dict[str, int] = PER_FAMILY, archive: Path = ARCHIVE, part: int = 1) -> list[dict]:
-    """The instruction lines of ``part`` 1 or 2, in a fixed shuffled order (see the module doc);
-    part 1 takes ``per_family``'s counts, part 2 :data:`PART2`'s after them."""
-    if part not in (1, 2):
-        raise ValueError(f"part must be 1 or 2, got {part!r}")
+    """The instruction lines of ``part`` 1, 2 or 3, in a fixed shuffled order (see the module doc);
+    part 1 takes ``per_family``'s counts, part 2 :data:`PART2`'s after them, part 3 :data:`PART3`'s
+    after both."""
+    if part not in (1, 2, 3):
+        raise ValueError(f"part must be 1, 2 or 3, got {part!r}")
     long, short = doc_units(PACKAGES)
     if part == 1:
         rows = (_summaries(long, short, per_family["summarization"]) + _rag(short, per_family["rag"])
                 + _qa(short, per_family["qa_docs"], per_family["qa_closed"]) + _translations(per_family["translation"])
                 + _second_turns(per_family["multiturn"], archive))
+    elif part == 3:
+        done, n = {k: per_family[k] + PART2[k] for k in PART2}, PART3
+        asked_before = {r[2] for r in _qa(short, done["qa_docs"], 0)}  # names shared by two modules ask alike
+        docs = [r for r in _qa(short, n["qa_docs"], 0, done["qa_docs"]) if r[2] not in asked_before]
+        rows = (_rag(short, n["rag"], done["rag"]) + docs
+                + _general(n["qa_regions"], n["qa_things"]) + _translations(n["translation"], done["translation"])
+                + _second_turns(n["multiturn"], archive, done["multiturn"]))
     else:
         first, n = per_family, PART2
         rows = (_summaries(long, short, n["summarization"], reask=True) + _rag(short, n["rag"], first["rag"])
@@ -310,8 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verispec.distill.instructions.asked",
                                      description="Training instructions worded the way people ask.")
     parser.add_argument("--out", required=True, help="output .jsonl file (its folder must exist)")
-    parser.add_argument("--part", type=int, choices=(1, 2), default=1,
-                        help="1: the lines of asked-train; 2: the next ones (other documents, messages, questions)")
+    parser.add_argument("--part", type=int, choices=(1, 2, 3), default=1,
+                        help="1: the lines of asked-train; 2: the next ones (other documents, messages, questions); "
+                             "3: the next again, with general-knowledge trivia")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():

@@ -13,11 +13,14 @@ adds the bias. That order depends on nothing but K, so row ``i`` of an ``M``-row
 one-row call on that row bit for bit, whatever M, the other rows, or how rows are chunked.
 
 Blocking: ``MR`` rows of x at a time against one panel (``MR * NV`` accumulators, ``NV`` vectors
-of ``VW`` floats per panel: 6 x 4 x 16 with AVX-512, 2 x 4 x 8 with AVX2), panels spread over
+of ``VW`` floats per panel: 10 x 3 x 16 with AVX-512, 2 x 4 x 8 with AVX2), panels spread over
 torch's intra-op threads; a panel (``K * NP`` floats) stays in L2 while every chunk of rows passes.
 A chunk of two or more rows prefetches the weights 16 steps of k ahead, so that memory overlaps its
-arithmetic (on a Xeon with AMX this took a 5-token pass of SmolLM2-135M from 1.41x to 1.13x a
-one-token pass; BENCHMARKS.md); it moves no arithmetic, so no bit of any output.
+arithmetic. Neither the blocking nor the prefetch moves any arithmetic, so no bit of any output
+changes with them; they are chosen by what a pass costs (BENCHMARKS.md, "Batch-invariant passes":
+on a Xeon with AMX, 6 x 4 x 16 without the prefetch made an 8-token pass of SmolLM2-135M 1.63x a
+one-token pass, 10 x 3 x 16 with it 1.24x: up to 10 rows in one chunk, and 48-column panels
+that divide the decoder's widths, so both threads get as many).
 
 Built on first use like :mod:`.rowdot` (:mod:`.extension`); :func:`load_panel` returns None
 (warning once why) where it cannot be built. Float32 only.
@@ -43,14 +46,15 @@ PANEL_SOURCE = r"""
 
 #if defined(__AVX512F__)
 #define VW 16  // floats per vector
-#define MR 6   // rows of x per chunk: MR * NV accumulators + NV weight vectors + 1 broadcast <= 32 registers
+#define MR 10  // rows of x per chunk: MR * NV = 30 accumulators, 2 of the 32 registers left for operands
+#define NV 3   // vectors per panel: 48 columns, a divisor of the decoder's 192, 576 and 1536
 #else
 #define VW 8
 #define MR 2   // 16 registers
+#define NV 4
 #endif
-#define NV 4           // vectors per panel
 #define NP (NV * VW)   // output columns per panel
-#define AHEAD 16       // steps of k ahead whose weights are prefetched (4 KB with AVX-512)
+#define AHEAD 16       // steps of k ahead whose weights are prefetched (3 KB with AVX-512)
 
 typedef float vf __attribute__((vector_size(VW * 4)));
 
@@ -87,8 +91,8 @@ torch::Tensor pack(torch::Tensor w) {
 // y[r, n0 .. n0 + nc) for R rows of x against one panel: every output sums k = 0 .. K-1 in order.
 // With R >= 2 the weights AHEAD steps of k on are prefetched (past the panel's end: the next
 // panel's, which lies right after it, up to ``end``). Without it the loads of a few-row chunk
-// queue behind its multiply-adds and memory and arithmetic add up (the decoder's linears on a
-// Xeon with AMX: 8 rows cost 1.8x one row, 1.3x with the prefetch); a one-row chunk streams fast
+// queue behind its multiply-adds and memory and arithmetic add up (a Xeon with AMX: the decoder's
+// linears on 8 rows cost 1.8x one row, 1.3x with the prefetch); a one-row chunk streams fast
 // enough by itself. The prefetch changes no arithmetic, so no bit of any output.
 template <int R>
 static void chunk(const float* x, int64_t ldx, int64_t K, const float* panel, int64_t n0, int64_t nc,

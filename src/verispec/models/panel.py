@@ -91,21 +91,22 @@ torch::Tensor pack(torch::Tensor w) {
 // y[r, n0 .. n0 + nc) for R rows of x against one panel: every output sums k = 0 .. K-1 in order.
 // With R >= 2 the weights AHEAD steps of k on are prefetched (past the panel's end: the next
 // panel's, which lies right after it, up to ``end``). Without it the loads of a few-row chunk
-// queue behind its multiply-adds and memory and arithmetic add up (a Xeon with AMX: the decoder's
-// linears on 8 rows cost 1.8x one row, 1.3x with the prefetch); a one-row chunk streams fast
-// enough by itself. The prefetch changes no arithmetic, so no bit of any output.
+// queue behind its multiply-adds and memory and arithmetic add up (a Xeon with AMX, 6-row chunks:
+// the decoder's linears on 8 rows cost 1.8x one row, 1.3x with the prefetch); a one-row chunk
+// streams fast enough by itself. The prefetch changes no arithmetic, so no bit of any output.
 template <int R>
 static void chunk(const float* x, int64_t ldx, int64_t K, const float* panel, int64_t n0, int64_t nc,
                   const float* b, float* y, int64_t N, const float* end) {
   vf acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) acc[r][j] = (vf){};
+  const int64_t k_end = (end - panel) / NP;  // steps of k from this panel to ``end``
   for (int64_t k = 0; k < K; ++k) {
     vf wv[NV];
-    const float* ahead = panel + (k + AHEAD) * NP;
+    const bool ahead = R >= 2 && k + AHEAD < k_end;
     for (int j = 0; j < NV; ++j) {
       wv[j] = load(panel + k * NP + j * VW);
-      if (R >= 2 && ahead < end) __builtin_prefetch(ahead + j * VW, 0, 2);
+      if (ahead) __builtin_prefetch(panel + (k + AHEAD) * NP + j * VW, 0, 2);
     }
     for (int r = 0; r < R; ++r) {
       const vf xb = (vf){} + x[r * ldx + k];

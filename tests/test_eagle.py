@@ -58,13 +58,14 @@ def test_unrolled_training_steps_equal_what_the_drafter_computes(tiny_target, n)
     assert not torch.allclose(chain[1], outs[1][:, n + 2])  # (the comparison can fail)
 
 
+@pytest.mark.parametrize("layers", [1, 2])
 @pytest.mark.parametrize("dtype,weights", [(torch.float64, "auto"), (torch.float32, "fp32"),
                                            (torch.float32, "fp16"), (torch.float32, "int8")])
-def test_fast_draft_step_equals_the_hf_modules(dtype, weights) -> None:
+def test_fast_draft_step_equals_the_hf_modules(dtype, weights, layers) -> None:
     """The drafting path (``_FastStep``: straight tensor code; oneDNN-packed float32 weights, or
-    float16 copies) gives the HF modules' logits and features: a ragged prefill (holes -> mask),
-    a two-token feed without holes (causal mask of its own), one-token steps, and rows rolled
-    back apart."""
+    float16 copies) gives the HF modules' logits and features, for heads of one and two decoder
+    layers: a ragged prefill (holes -> mask), a two-token feed without holes (causal mask of its
+    own), one-token steps, and rows rolled back apart."""
     from verispec.models import fp16_linear, int8_linear
 
     if weights == "fp16" and fp16_linear(torch.zeros(2, 2)) is None:
@@ -72,7 +73,7 @@ def test_fast_draft_step_equals_the_hf_modules(dtype, weights) -> None:
     if weights == "int8" and int8_linear(torch.zeros(8, 32)) is None:
         pytest.skip("this torch build has no int8 weight kernel")
     target = tiny_llama(vocab_size=64, seed=0, dtype=dtype)
-    files = tiny_eagle(target, seed=2, vocab_map=torch.arange(0, 64, 3))
+    files = tiny_eagle(target, seed=2, vocab_map=torch.arange(0, 64, 3), layers=layers)
     fast = bind_eagle(files, target, weights=weights)
     ref = bind_eagle(files, target, weights="fp32")
     ref._step = None  # forward_hidden falls back to reference_forward_hidden

@@ -139,19 +139,20 @@ def save_tiny_llama(path: str | os.PathLike, **kw: object) -> Path:
 
 
 def tiny_eagle(target: CausalLM, seed: int = 0, vocab_map: torch.Tensor | None = None,
-               scale: float = 0.3, taps: Sequence[int] = ()):
+               scale: float = 0.3, taps: Sequence[int] = (), layers: int = 1):
     """A random EAGLE head (:mod:`verispec.drafters.eagle_head`) for ``target``, as loaded files.
 
     Initialised near "repeat the previous feature" and then perturbed by ``scale``-sized noise
     from ``seed``, so its drafts are neither always right nor always wrong. ``vocab_map``
     (sorted target ids) gives it a reduced output vocabulary; ``taps`` makes it read those
-    decoder layers of the target too (its fusion perturbed away from zero like the rest).
+    decoder layers of the target too (its fusion perturbed away from zero like the rest);
+    ``layers``: the head's decoder layers.
     """
     from verispec.drafters.eagle_head import EagleFiles, EagleHead, eagle_config
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        head = EagleHead(eagle_config(target.model.config, taps))
+        head = EagleHead(eagle_config(target.model.config, taps, layers))
         head.init_from_target(target.model)
         with torch.no_grad():
             for p in (p for p in head.parameters() if p.requires_grad):  # not the unused embedding stub

@@ -29,7 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import DynamicCache
 
-from ..drafters.eagle_head import EagleHead, eagle_config, target_features, widen_taps
+from ..drafters.eagle_head import EagleHead, deepen, eagle_config, target_features, widen_taps
 from .training import atomic_save, cosine_lr, load_training_state, save_training_state
 
 if TYPE_CHECKING:
@@ -298,8 +298,8 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
                 reg_weight: float = 0.1, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
                 ckpt_every: int = 100, sample_weight: torch.Tensor | None = None, init_from: EagleHead | None = None,
                 answers_only: bool = False, held_eval: int = 0, time_budget_s: float = 0.0,
-                autocast: torch.dtype | None = None, taps: Sequence[int] | None = None, progress=None,
-                log=print) -> tuple[EagleHead, dict]:
+                autocast: torch.dtype | None = None, taps: Sequence[int] | None = None, layers: int | None = None,
+                progress=None, log=print) -> tuple[EagleHead, dict]:
     """Train (or resume from ``out/checkpoints/eagle-last.safetensors``) an EAGLE head.
 
     ``train``: in memory or read batch by batch from its shards (:class:`FeaturesOnDisk`: the
@@ -320,11 +320,16 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
     ``init_from``, else none); an ``init_from`` without them, or with some of them, starts with
     the fusion of the layers it lacks at zero (:func:`~verispec.drafters.eagle_head.widen_taps`),
     so training starts from exactly its drafts. The training and held-out sets must hold those taps.
+    ``layers``: the head's decoder layers (default: those of ``init_from``, else 1); layers beyond
+    ``init_from``'s start adding nothing (:func:`~verispec.drafters.eagle_head.deepen`), so again
+    training starts from exactly its drafts.
     """
     torch.manual_seed(seed)
     if taps is None:
         taps = init_from.feature_taps if init_from is not None else ()
-    head = EagleHead(eagle_config(target_model.config, taps))
+    init_layers = len(init_from.body.layers) if init_from is not None else 1
+    layers = init_layers if layers is None else layers
+    head = EagleHead(eagle_config(target_model.config, taps, layers))
     head.init_from_target(target_model)
     if init_from is not None:
         try:
@@ -332,6 +337,10 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
         except ValueError as e:
             raise ValueError(f"taps {list(taps)}: init_from reads layers {list(init_from.feature_taps)}, "
                              "which must all be among them") from e
+        if layers < init_layers:
+            raise ValueError(f"layers {layers}: init_from has {init_layers} decoder layers, and a head cannot "
+                             "lose layers")
+        state = deepen(state, init_layers, layers)
         missing, unexpected = head.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("taps.") for k in missing):
             raise ValueError(f"init_from does not match the head (missing {missing[:3]}, unexpected {unexpected[:3]})")

@@ -111,7 +111,7 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
                init_from: str = "eagle", map_size: int = 0, steps: int = 1000, lr: float = 5e-4, batch_size: int = 4, depth: int = 3,
                noise: float = 0.05, seed: int = 0, held_eval: int = 64, time_budget_s: float = 0.0,
                autocast: torch.dtype | None = None, balance: str = "none", taps: Sequence[int] | None = None,
-               log: Callable[[str], None] = print) -> dict:
+               layers: int | None = None, log: Callable[[str], None] = print) -> dict:
     """Train, export to ``out`` and return a summary: data sizes, the training result, and the
     per-family held-out agreement of the initial and of the trained head. ``map_size`` > 0:
     the initial head's vocab map grown to ``map_size`` ids with the tokens the answers use most
@@ -121,7 +121,8 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     draws training sequences uniformly, ``"families"`` draws every family equally often
     (:func:`family_weights`). ``taps``: the target's decoder layers the head reads beside its final
     features (default: the init's; see :func:`verispec.distill.eagle_train.train_eagle`); the
-    shards must hold them (`distill features --taps`)."""
+    shards must hold them (`distill features --taps`). ``layers``: the head's decoder layers
+    (default: the init's; more start as the init's drafts, :func:`verispec.drafters.eagle_head.deepen`)."""
     from ..drafters.eagle_head import save_eagle_head
     from .eagle_train import train_eagle
     from .eagle_stage import init_head
@@ -155,7 +156,7 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
                                depth=depth, noise=noise, seed=seed, init_from=init.head, answers_only=True,
                                held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50,
                                sample_weight=sample_weight, time_budget_s=time_budget_s, autocast=autocast,
-                               taps=taps, log=log)
+                               taps=taps, layers=layers, log=log)
     seconds = time.perf_counter() - t0
     after = family_agreement(head, target, vmap, held, held_fam, depth)
     log("after: " + json.dumps({k: round(v["agree"][0], 4) for k, v in after.items()}))
@@ -165,7 +166,7 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
                "map_coverage": coverage, "steps": result["steps"], "lr": lr, "batch_size": batch_size, "depth": depth,
                "seed": seed,
                "autocast": str(autocast) if autocast is not None else None, "taps": list(taps),
-               "seconds": seconds, "train": result, "before": before, "after": after}
+               "layers": len(head.body.layers), "seconds": seconds, "train": result, "before": before, "after": after}
     save_eagle_head(head, out, vocab_map=vmap, meta={"target": target.name, "train": summary})
     return summary
 
@@ -202,6 +203,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
                     help="also read the residual stream after these decoder layers of the target (1-based, as "
                          "EAGLE-3 reads low and middle layers; the shards need them: `distill features --taps`); "
                          "default: the init's")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="decoder layers of the head (default: the init's); layers beyond the init's start "
+                         "adding nothing, so training starts from its drafts")
     args = ap.parse_args(argv)
 
     def body() -> int:
@@ -209,6 +213,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         from .answers import answer_shards
         from .refeature import parse_taps
 
+        if args.layers is not None and not 1 <= args.layers <= 8:
+            raise ValueError(f"--layers must be in 1..8 (decoder layers of the head), got {args.layers}")
         train_paths = [p for d in args.train for p in answer_shards(Path(d))]
         if args.max_shards:
             train_paths = train_paths[: args.max_shards]
@@ -222,7 +228,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         out = Path(args.out)
         summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, map_size=args.map_size, steps=args.steps,
                              lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed,
-                             time_budget_s=args.time_budget, autocast=autocast, balance=args.balance, taps=taps)
+                             time_budget_s=args.time_budget, autocast=autocast, balance=args.balance, taps=taps,
+                             layers=args.layers)
         (out / "train-summary.json").write_text(json.dumps(summary, indent=2))
         return 0
 

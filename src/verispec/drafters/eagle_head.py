@@ -1,4 +1,4 @@
-"""An EAGLE-style draft head: one decoder layer that reads the target's own features.
+"""An EAGLE-style draft head: a decoder layer (or a few) that reads the target's own features.
 
 An independent small draft model has to re-derive from the tokens alone what the target has
 already computed. The EAGLE idea (Li et al., 2024) is to draft from the target's *features*:
@@ -10,7 +10,7 @@ Here one input pair per position i is ``(f_{i-1}, x_i)`` (``f_{-1} = 0``)::
 
     e_i  = embed(x_i)                         # the target's input embedding, shared  [B, T, H]
     u_i  = fc([e_i ; f_{i-1}])                # 2H -> H                              [B, T, H]
-    f^_i = norm(layer(u_i | u_<i))            # one Llama decoder layer + RMSNorm     [B, T, H]
+    f^_i = norm(layers(u_i | u_<i))           # Llama decoder layer(s) + RMSNorm      [B, T, H]
     q_i  = softmax(head[vocab_map] @ f^_i)    # the target's head rows               [B, T, V_map]
 
 so ``q_i`` drafts ``x_{i+1}``. At draft time the real features stop at the last verified
@@ -19,8 +19,8 @@ lower layers (``feature_taps``, as EAGLE-3 reads low and middle layers): the rea
 then ``f_i`` plus a learned map of those layers' states at i (:class:`TapFusion`). Nothing here affects exactness:
 the verifier only sees the q each draft token was sampled from.
 
-The head owns ``fc``, the layer and the norm (about 4.5M parameters for SmolLM2-135M, shipped
-as fp16 safetensors); the embedding and the output rows are the target's, bound at load time,
+The head owns ``fc``, the layer(s) and the norm (about 4.5M parameters for SmolLM2-135M with one
+layer, 3.5M more per further layer, shipped as fp16 safetensors); the embedding and the output rows are the target's, bound at load time,
 so the draft directory holds no copy of them. The directory is not a transformers model:
 HF assisted generation cannot run it.
 """
@@ -46,7 +46,7 @@ from ..models.kernels import (cache_evictor, fp16_linear, int8_linear, invariant
                              packed_linear)
 
 __all__ = ["EAGLE_FORMAT", "EagleHead", "EagleDraftModel", "EagleFiles", "TapFusion", "eagle_config",
-           "target_features", "target_taps", "check_taps", "widen_taps", "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir",
+           "target_features", "target_taps", "check_taps", "widen_taps", "deepen", "features_match_logits", "save_eagle_head", "load_eagle_head", "bind_eagle", "is_eagle_dir",
            "capability_draft_weights"]
 
 EAGLE_FORMAT = "verispec-eagle-v1"
@@ -60,11 +60,14 @@ INT8_FLAGS = ("avx512_bf16", "amx_bf16")
 FP16_FLAGS = ("avx2", "avx512f")  # fbgemm's float16 weights need AVX2 (F16C) at least
 
 
-def eagle_config(target_config, taps: Sequence[int] = ()) -> LlamaConfig:
-    """The head's one-layer Llama config: the target's widths, heads and RoPE, no vocabulary.
-    ``taps``: the target's decoder layers whose outputs the head also reads (:class:`TapFusion`;
-    stored as ``feature_taps``, empty for a head that reads the final features only)."""
+def eagle_config(target_config, taps: Sequence[int] = (), layers: int = 1) -> LlamaConfig:
+    """The head's Llama config: the target's widths, heads and RoPE, no vocabulary, ``layers``
+    decoder layers (EAGLE's head has one). ``taps``: the target's decoder layers whose outputs the
+    head also reads (:class:`TapFusion`; stored as ``feature_taps``, empty for a head that reads
+    the final features only)."""
     c = target_config
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= 8:
+        raise ValueError(f"layers must be an integer in 1..8 (decoder layers of the head), got {layers!r}")
     return LlamaConfig(
         feature_taps=list(check_taps(taps, getattr(c, "num_hidden_layers", 0))),
         hidden_size=c.hidden_size,
@@ -72,7 +75,7 @@ def eagle_config(target_config, taps: Sequence[int] = ()) -> LlamaConfig:
         num_attention_heads=c.num_attention_heads,
         num_key_value_heads=getattr(c, "num_key_value_heads", c.num_attention_heads),
         head_dim=getattr(c, "head_dim", c.hidden_size // c.num_attention_heads),
-        num_hidden_layers=1,
+        num_hidden_layers=layers,
         vocab_size=1,  # the head has no embedding of its own (it uses the target's)
         pad_token_id=None, bos_token_id=None, eos_token_id=None,
         rms_norm_eps=getattr(c, "rms_norm_eps", 1e-5),
@@ -143,8 +146,28 @@ def widen_taps(state: dict[str, torch.Tensor], old: Sequence[int], new: Sequence
     return state
 
 
+def deepen(state: dict[str, torch.Tensor], old: int, new: int) -> dict[str, torch.Tensor]:
+    """A head's ``state`` dict with ``old`` decoder layers, laid out for a head with ``new`` >= old:
+    each added layer starts as a copy of the last one with its two outputs into the residual
+    stream (``o_proj``, ``down_proj``) at zero, so it adds nothing and the deepened head drafts
+    exactly what the old one did; training then grows what the extra layer adds (as the tap
+    fusion starts at zero, :class:`TapFusion`)."""
+    if not 1 <= old <= new:
+        raise ValueError(f"layers {new}: the head has {old} decoder layers, and a head cannot lose layers")
+    state = dict(state)
+    last = f"body.layers.{old - 1}."
+    for i in range(old, new):
+        for k in [k for k in state if k.startswith(last)]:
+            v = state[k].clone()
+            if k.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight", "self_attn.o_proj.bias",
+                           "mlp.down_proj.bias")):
+                v.zero_()
+            state[f"body.layers.{i}." + k[len(last):]] = v
+    return state
+
+
 class EagleHead(nn.Module):
-    """The trainable part: ``fc`` (2H -> H), one Llama decoder layer and its final RMSNorm, and
+    """The trainable part: ``fc`` (2H -> H), Llama decoder layer(s) and a final RMSNorm, and
     for a config with ``feature_taps`` a :class:`TapFusion` (``taps``) over those layers.
 
     ``forward`` maps input embeddings ``[B, T, H]`` and previous features ``[B, T, H]`` to
@@ -276,22 +299,23 @@ class _FastStep:
 
     @staticmethod
     def supports(head: EagleHead) -> bool:
-        """A head of one Llama decoder layer (the only kind :func:`eagle_config` makes)."""
-        return len(head.body.layers) == 1 and getattr(head.config, "model_type", None) == "llama"
+        """A head of Llama decoder layers (the only kind :func:`eagle_config` makes)."""
+        return len(head.body.layers) >= 1 and getattr(head.config, "model_type", None) == "llama"
 
     @staticmethod
     def weights(head: EagleHead, out_rows: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
-        """The step's matmuls in the order it runs them: name -> (weight ``[out, in]``, bias)."""
-        attn, mlp = head.body.layers[0].self_attn, head.body.layers[0].mlp
-        mods = {"fc": head.fc, "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
-                "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
+        """The step's matmuls in the order it runs them: name -> (weight ``[out, in]``, bias).
+        Layer 0's are ``q`` .. ``down``, a later layer i's ``q{i}`` .. ``down{i}``."""
+        mods = {"fc": head.fc}
+        for i, layer in enumerate(head.body.layers):
+            attn, mlp, n = layer.self_attn, layer.mlp, str(i or "")
+            mods |= {"q" + n: attn.q_proj, "k" + n: attn.k_proj, "v" + n: attn.v_proj, "o" + n: attn.o_proj,
+                     "gate" + n: mlp.gate_proj, "up" + n: mlp.up_proj, "down" + n: mlp.down_proj}
         return {n: (m.weight, m.bias) for n, m in mods.items()} | {"out": (out_rows, None)}
 
     def __init__(self, head: EagleHead, out_rows: torch.Tensor, *, weights: str = "fp32",
                  invariant: bool = False) -> None:
-        layer = head.body.layers[0]
-        attn, mlp = layer.self_attn, layer.mlp
-        self.head, self.layer, self.attn, self.act = head, layer, attn, mlp.act_fn
+        self.head, self.layers = head, list(head.body.layers)
         kind, weights = weights, self.weights(head, out_rows)
         self.cpu = all(t.device.type == "cpu" for w, b in weights.values() for t in (w, b) if t is not None)
         make = {"fp16": fp16_linear, "int8": int8_linear}.get(kind) if self.cpu else None
@@ -304,38 +328,46 @@ class _FastStep:
             self.linear = {n: invariant_linear(w.detach(), b) for n, (w, b) in weights.items()}
         else:
             self.linear = {n: _linear_fn(w, b, cpu_kernels=self.cpu) for n, (w, b) in weights.items()}
-        self.head_dim = attn.head_dim
+        self.head_dim = self.layers[0].self_attn.head_dim
 
     def __call__(self, embeds: torch.Tensor, features: torch.Tensor, *, logits_to_keep: int,
                  attention_mask: torch.Tensor | None, position_ids: torch.Tensor, cache
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """``embeds``, ``features [B, T, H]`` -> logits ``[B, T', V_map]``, predicted features ``[B, T, H]``."""
-        lin, D = self.linear, self.head_dim
+        lin = self.linear
         B, T, H = embeds.shape
         u = lin["fc"](torch.cat([embeds, features], dim=-1).reshape(B * T, 2 * H))  # [B*T, H]
-        x = self.layer.input_layernorm(u)
-        q = lin["q"](x).view(B, T, -1, D).transpose(1, 2)  # [B, Hq, T, D]
-        k = lin["k"](x).view(B, T, -1, D).transpose(1, 2)  # [B, Hkv, T, D]
-        v = lin["v"](x).view(B, T, -1, D).transpose(1, 2)
-        cos, sin = self.head.body.rotary_emb(v, position_ids)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        k, v = cache.update(k, v, 0)  # [B, Hkv, S, D], S = cached + T
-        mask = attention_mask  # additive [B, 1, T, S] from KVRunner when rows have holes
-        if self.invariant:  # (no mask and T > 1: causal, the new queries being the last T of S columns)
-            a = invariant_attention(self.attn, q, k, v, mask, scaling=self.attn.scaling)[0]  # [B, T, Hq, D]
-        else:
-            if mask is None and T > 1:  # causal, the new queries being the last T of S columns
-                S = k.shape[2]
-                mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
-            a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.attn.scaling,
-                                                           enable_gqa=True).transpose(1, 2)  # [B, T, Hq, D]
-        u = u + lin["o"](a.reshape(B * T, -1))
-        x = self.layer.post_attention_layernorm(u)
-        u = u + lin["down"](self.act(lin["gate"](x)) * lin["up"](x))
+        cos, sin = self.head.body.rotary_emb(u, position_ids)
+        for i, layer in enumerate(self.layers):
+            u = self._layer(i, layer, u, B, T, cos, sin, attention_mask, cache)
         f_hat = self.head.body.norm(u).view(B, T, H)  # [B, T, H]
         keep = f_hat if logits_to_keep == 0 else f_hat[:, -logits_to_keep:]
         logits = lin["out"](keep.reshape(-1, H))  # [B*T', V_map]
         return logits.view(B, keep.shape[1], -1), f_hat
+
+    def _layer(self, i: int, layer, u: torch.Tensor, B: int, T: int, cos: torch.Tensor, sin: torch.Tensor,
+               attention_mask: torch.Tensor | None, cache) -> torch.Tensor:
+        """Decoder layer ``i`` on the residual stream ``u [B*T, H]`` (its keys and values into
+        the cache's layer i) -> ``[B*T, H]``."""
+        lin, D, n, attn = self.linear, self.head_dim, str(i or ""), layer.self_attn
+        x = layer.input_layernorm(u)
+        q = lin["q" + n](x).view(B, T, -1, D).transpose(1, 2)  # [B, Hq, T, D]
+        k = lin["k" + n](x).view(B, T, -1, D).transpose(1, 2)  # [B, Hkv, T, D]
+        v = lin["v" + n](x).view(B, T, -1, D).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        k, v = cache.update(k, v, i)  # [B, Hkv, S, D], S = cached + T
+        mask = attention_mask  # additive [B, 1, T, S] from KVRunner when rows have holes
+        if self.invariant:  # (no mask and T > 1: causal, the new queries being the last T of S columns)
+            a = invariant_attention(attn, q, k, v, mask, scaling=attn.scaling)[0]  # [B, T, Hq, D]
+        else:
+            if mask is None and T > 1:  # causal, the new queries being the last T of S columns
+                S = k.shape[2]
+                mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+            a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
+                                                           enable_gqa=True).transpose(1, 2)  # [B, T, Hq, D]
+        u = u + lin["o" + n](a.reshape(B * T, -1))
+        x = layer.post_attention_layernorm(u)
+        return u + lin["down" + n](layer.mlp.act_fn(lin["gate" + n](x)) * lin["up" + n](x))
 
 
 def _linear_fn(weight: torch.Tensor, bias: torch.Tensor | None, *, cpu_kernels: bool):

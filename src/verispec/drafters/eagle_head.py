@@ -20,9 +20,9 @@ then ``f_i`` plus a learned map of those layers' states at i (:class:`TapFusion`
 the verifier only sees the q each draft token was sampled from.
 
 The head owns ``fc``, the layer(s) and the norm (about 4.5M parameters for SmolLM2-135M with one
-layer, 3.5M more per further layer, shipped as fp16 safetensors); the embedding and the output rows are the target's, bound at load time,
-so the draft directory holds no copy of them. The directory is not a transformers model:
-HF assisted generation cannot run it.
+layer, 3.5M more per further layer, shipped as fp16 safetensors); the embedding and the output
+rows are the target's, bound at load time, so the draft directory holds no copy of them. The
+directory is not a transformers model: HF assisted generation cannot run it.
 """
 
 from __future__ import annotations

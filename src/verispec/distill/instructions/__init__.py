@@ -16,6 +16,9 @@ disk and a seed:
   shares an 8-word shingle with a bench prompt, splits train / held-out by source and reads and
   writes JSONL (``python -m verispec.distill.instructions --n 12000 --seed 0 --out FILE``);
 * :mod:`.selfinstruct` turns the target's own questions into more ``chat`` instructions.
+
+Instructions worded the way people ask, from other sources, are :mod:`.asked`'s (parts 1-3, with
+:mod:`.general`'s trivia) and :mod:`.trivia`'s (part 4: questions about well-known things).
 """
 
 from __future__ import annotations

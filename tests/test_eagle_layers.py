@@ -82,7 +82,7 @@ def test_training_a_deeper_head_from_a_shallow_one(tmp_path) -> None:
     assert len(head.body.layers) == 2 and head.body.layers[1].self_attn.o_proj.weight.abs().sum() > 0
     assert len(train_eagle(target.model, data, data, vmap, tmp_path / "h1", steps=0, init_from=head,
                            **quiet)[0].body.layers) == 2  # the default: the init's layers
-    with pytest.raises(ValueError, match="init_from has 2 decoder layers"):
+    with pytest.raises(ValueError, match="layers 1: the head has 2 decoder layers"):
         train_eagle(target.model, data, data, vmap, tmp_path / "hx", steps=0, init_from=head, layers=1, **quiet)
 
 

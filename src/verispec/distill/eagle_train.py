@@ -337,10 +337,7 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
         except ValueError as e:
             raise ValueError(f"taps {list(taps)}: init_from reads layers {list(init_from.feature_taps)}, "
                              "which must all be among them") from e
-        if layers < init_layers:
-            raise ValueError(f"layers {layers}: init_from has {init_layers} decoder layers, and a head cannot "
-                             "lose layers")
-        state = deepen(state, init_layers, layers)
+        state = deepen(state, init_layers, layers)  # refuses fewer layers than init_from's
         missing, unexpected = head.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("taps.") for k in missing):
             raise ValueError(f"init_from does not match the head (missing {missing[:3]}, unexpected {unexpected[:3]})")

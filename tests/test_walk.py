@@ -54,6 +54,34 @@ def test_rows_too_short_for_a_pass_are_skipped():
     assert c.passes == 0 and c.alpha == 0.0
 
 
+def test_each_answer_keeps_its_own_counts_in_row_order():
+    # row 0 accepts everything, row 1 is too short to walk, row 2 accepts step 1 only
+    scored = torch.ones(3, 12, dtype=torch.bool)
+    scored[1, 4:] = False
+    step1 = torch.tensor([[True] * 12, [True] * 12, [True] * 12])
+    step2 = torch.tensor([[True] * 12, [True] * 12, [False] * 12])
+    c = walk_chain([step1, step2], scored)
+    assert c.answer_accepted == [6, 0, 4] and c.answer_tested == [6, 0, 8]  # passes at 2, 5, 8 / 2, 4, 6, 8
+    assert (sum(c.answer_accepted), sum(c.answer_tested)) == (c.accepted, c.tested)
+    both = walk_chain([step1[:1], step2[:1]], scored[:1])
+    both.add(walk_chain([step1[2:], step2[2:]], scored[2:]))
+    assert both.answer_accepted == [6, 4] and both.answer_tested == [6, 8]
+
+
+def test_alpha_difference_pairs_answers_and_refuses_other_answers():
+    from verispec.distill.walk import WalkCounts, alpha_difference
+
+    tested = [20, 20, 20, 20, 20, 20]
+    base = WalkCounts(accepted=30, tested=120, answer_accepted=[1, 9, 3, 11, 2, 4], answer_tested=tested)
+    same = WalkCounts(accepted=30, tested=120, answer_accepted=[1, 9, 3, 11, 2, 4], answer_tested=tested)
+    up = WalkCounts(accepted=36, tested=120, answer_accepted=[2, 10, 4, 12, 3, 5], answer_tested=tested)
+    assert alpha_difference(base, same) == (0.0, (0.0, 0.0))
+    diff, (lo, hi) = alpha_difference(base, up)
+    assert diff == pytest.approx(0.05) and lo == pytest.approx(0.05) and hi == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="same answers"):
+        alpha_difference(base, WalkCounts(answer_accepted=[1], answer_tested=[2]))
+
+
 def test_bad_arguments_are_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--head", "eagle", "--heldout", str(tmp_path), "--k", "0"])
@@ -98,14 +126,26 @@ def test_by_family_walks_each_familys_answers_and_finds_shards_in_sub_folders(tm
 
     def walk_head(head_, vocab_map, target, answers, k, first):
         seen.setdefault("walks", []).append(answers.rows)
-        return 0.5, WalkCounts(passes=1, accepted=len(answers.rows), tested=4)
+        n = len(answers.rows)  # head "g" accepts one draft more than "h" on every answer
+        accepted = [2 + (head_ == "g")] * n
+        return 0.5, WalkCounts(passes=n, accepted=sum(accepted), tested=4 * n, answer_accepted=accepted,
+                               answer_tested=[4] * n)
 
     monkeypatch.setattr(head, "load_answers", load_answers)
-    monkeypatch.setattr(eagle_stage, "init_head", lambda name: types.SimpleNamespace(head=None, vocab_map=None))
+    monkeypatch.setattr(eagle_stage, "init_head", lambda name: types.SimpleNamespace(head=name, vocab_map=None))
     monkeypatch.setattr(models, "load_causal_lm", lambda name: None)
     monkeypatch.setattr(walk, "walk_head", walk_head)
     assert main(["--head", "h", "--heldout", str(tmp_path), "--by-family"]) == 0
     assert seen["paths"] == ["answers-00000.safetensors", "raw.safetensors"]
     assert seen["walks"] == [[0, 1, 2, 3], [1], [0, 2], [3]]  # all, then math, qa, rag
     out = capsys.readouterr().out
-    assert "qa" in out and "2 answers" in out and "alpha 0.500" in out
+    assert "qa" in out and "2 answers" in out and "alpha 0.500" in out and "against" not in out
+    # a second head: every line of it says how far it is from the first, on the same answers
+    seen.clear()
+    assert main(["--head", "h", "--head", "g", "--heldout", str(tmp_path), "--by-family"]) == 0
+    assert seen["walks"] == [[0, 1, 2, 3], [1], [0, 2], [3]] * 2
+    lines = capsys.readouterr().out.splitlines()
+    g = lines[lines.index(next(x for x in lines if x.startswith("g:"))):]
+    assert "alpha 0.750" in g[0] and g[0].endswith("against h +0.250 [+0.250, +0.250]")
+    assert g[2].split()[0] == "qa" and g[2].endswith("against h +0.250 [+0.250, +0.250]")
+    assert g[1].split()[0] == "math" and g[1].endswith("against h +0.250")  # one answer: no interval

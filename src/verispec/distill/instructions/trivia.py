@@ -23,13 +23,14 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ...workloads.outofstyle import stable_key
 from ...workloads.outofstyle_text import QA_QUESTIONS
 
-__all__ = ["ASKS", "THINGS", "content_words", "main", "near_split", "searchbox", "trivia_instructions"]
+__all__ = ["ASKS", "THINGS", "content_words", "main", "near_split", "run_cli", "searchbox", "trivia_instructions",
+           "write_lines"]
 
 ASKS: dict[str, tuple[str, ...]] = {
     "person": ("who was {x}", "what is {x} famous for", "when was {x} born", "where was {x} born",
@@ -182,29 +183,40 @@ def searchbox(question: str, key: str) -> str:
     return question[:1].upper() + question[1:] + "?"
 
 
-def trivia_instructions(per_name: int = 2) -> list[dict]:
-    """The part 4 lines: every name of :data:`THINGS` asked in ``per_name`` of its kind's wordings,
-    less the questions near the split, in a fixed shuffled order."""
+def trivia_instructions(per_name: int = 2, asks: dict[str, tuple[str, ...]] | None = None,
+                        things: dict[str, tuple[str, ...]] | None = None, part: int = 4,
+                        source: str = "trivia") -> list[dict]:
+    """The part ``part`` lines: every name of ``things`` (default :data:`THINGS`) asked in
+    ``per_name`` of its kind's wordings in ``asks`` (default :data:`ASKS`), less the questions near
+    the split, in a fixed shuffled order; ids ``asked{part}-NNNNN``, sources ``{source}:{kind}``."""
     if per_name < 1:
         raise ValueError(f"per_name must be positive, got {per_name}")
+    asks, things = asks or ASKS, things or THINGS
     rows = []
-    for kind, names in THINGS.items():
-        asks = ASKS[kind]
+    for kind, names in things.items():
+        wordings = asks[kind]
         for name in names:
-            start = int(stable_key("trivia-ask", kind, name)[:8], 16) % len(asks)
-            for j in range(min(per_name, len(asks))):
-                question = asks[(start + j) % len(asks)].format(x=name)
+            start = int(stable_key("trivia-ask", kind, name)[:8], 16) % len(wordings)
+            for j in range(min(per_name, len(wordings))):
+                question = wordings[(start + j) % len(wordings)].format(x=name)
                 if not near_split(question):
                     rows.append((kind, searchbox(question, question)))
     rows.sort(key=lambda r: stable_key("trivia-order", r[1]))
-    return [{"id": f"asked4-{i:05d}", "family": "qa", "source": f"trivia:{kind}", "split": "train", "text": text}
-            for i, (kind, text) in enumerate(rows)]
+    return [{"id": f"asked{part}-{i:05d}", "family": "qa", "source": f"{source}:{kind}", "split": "train",
+             "text": text} for i, (kind, text) in enumerate(rows)]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Write the part 4 instructions; print the count."""
-    parser = argparse.ArgumentParser(prog="python -m verispec.distill.instructions.trivia",
-                                     description="Closed-book questions about well-known things (part 4).")
+def write_lines(lines: list[dict], out: Path) -> None:
+    """Write ``lines`` as JSONL to ``out`` through a ``.part`` file, so a stopped run leaves none."""
+    tmp = out.with_name(out.name + ".part")
+    tmp.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in lines), encoding="utf-8")
+    tmp.replace(out)
+
+
+def run_cli(argv: Sequence[str] | None, prog: str, description: str,
+            build: Callable[[int], list[dict]]) -> int:
+    """The command of a part: ``--out FILE [--per-name N]``; writes ``build(N)``, prints the count."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--out", required=True, help="output .jsonl file (its folder must exist)")
     parser.add_argument("--per-name", type=int, default=2, help="wordings asked of each name (default 2)")
     args = parser.parse_args(argv)
@@ -213,12 +225,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--out {str(out)!r}: give a file name in an existing folder")
     if args.per_name < 1:
         parser.error(f"--per-name must be positive, got {args.per_name}")
-    lines = trivia_instructions(args.per_name)
-    tmp = out.with_name(out.name + ".part")
-    tmp.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in lines), encoding="utf-8")
-    tmp.replace(out)
+    lines = build(args.per_name)
+    write_lines(lines, out)
     print(f"{len(lines)} instructions -> {out}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the part 4 instructions; print the count."""
+    return run_cli(argv, "python -m verispec.distill.instructions.trivia",
+                   "Closed-book questions about well-known things (part 4).", trivia_instructions)
 
 
 if __name__ == "__main__":

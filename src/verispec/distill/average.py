@@ -1,0 +1,94 @@
+"""``verispec distill average``: one EAGLE head whose weights are the mean of several heads'.
+
+Heads fine-tuned from the same weights on different answers lie close enough together that the
+mean of their weights is a head too, and often a better one than each (weight averaging, "model
+soups"): run 25 of the shipped head is the mean of runs 23 and 24, both trained from run 19. The
+heads must have the same shape (config) and the same vocab map; the mean is taken in float32 and
+saved as :func:`verispec.drafters.eagle_head.save_eagle_head` saves any head.
+
+``verispec distill average --head DIR --head DIR [...] --out DIR [--history eagle]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..drafters.eagle_head import EagleFiles, EagleHead, save_eagle_head
+from .eagle_stage import init_head
+
+__all__ = ["average_heads", "main"]
+
+
+def average_heads(heads: Sequence[EagleFiles]) -> EagleHead:
+    """The head whose every weight is the mean of ``heads``' (two or more of one config and map)."""
+    if len(heads) < 2:
+        raise ValueError(f"average: give two or more heads, got {len(heads)}")
+    first = heads[0]
+    for i, h in enumerate(heads[1:], 2):
+        if h.head.config.to_dict() != first.head.config.to_dict():
+            raise ValueError(f"average: head {i} has another shape (config) than head 1")
+        same_map = (h.vocab_map is None and first.vocab_map is None) or (
+            h.vocab_map is not None and first.vocab_map is not None and torch.equal(h.vocab_map, first.vocab_map))
+        if not same_map:
+            raise ValueError(f"average: head {i} has another vocab map than head 1")
+    states = [h.head.state_dict() for h in heads]
+    mean = {k: torch.stack([s[k].float() for s in states]).mean(0) for k in states[0]}
+    out = EagleHead(first.head.config)
+    out.load_state_dict(mean)
+    return out
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.distill.average") -> int:
+    """Average the ``--head``s into ``--out`` (written whole or not at all)."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    ap.add_argument("--head", action="append", required=True, help="head name or folder (give two or more)")
+    ap.add_argument("--out", required=True, help="output head folder (must not exist)")
+    ap.add_argument("--history", help="head whose earlier runs and training record the output keeps as its "
+                                      "earlier runs (the heads' common starting point, say eagle)")
+    args = ap.parse_args(argv)
+    if len(args.head) < 2:
+        ap.error(f"--head: give two or more heads to average, got {len(args.head)}")
+    out = Path(args.out)
+    if out.exists():
+        ap.error(f"--out {str(out)!r} exists; give a new folder")
+    if not out.parent.is_dir():
+        ap.error(f"--out {str(out)!r}: its folder does not exist")
+    loaded = {}
+    for name in [*args.head, *([args.history] if args.history else [])]:
+        try:
+            loaded[name] = init_head(name)
+        except (ValueError, OSError) as e:
+            flag = "--history" if name == args.history and name not in args.head else "--head"
+            ap.error(f"{flag} {name!r}: {e}")
+    heads = [loaded[n] for n in args.head]
+    try:
+        head = average_heads(heads)
+    except ValueError as e:
+        ap.error(f"--head: {e}")
+    meta = {"target": heads[0].meta.get("target"),
+            "average_of": [{"head": n, "train": loaded[n].meta.get("train")} for n in args.head]}
+    if args.history:
+        h = loaded[args.history].meta
+        meta["earlier_runs"] = [*h.get("earlier_runs", []), *([h["train"]] if "train" in h else [])]
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # as a folder made by mkdir, not mkdtemp's owner-only
+    try:
+        save_eagle_head(head, tmp, vocab_map=heads[0].vocab_map, meta=meta)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"the mean of {len(heads)} heads -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -88,3 +88,18 @@ def test_bad_arguments_are_named_and_nothing_is_written(tmp_path, target, capsys
             main(argv)
         assert message in capsys.readouterr().err, argv
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "m"]
+
+
+def test_a_write_that_fails_leaves_no_folder(tmp_path, target, monkeypatch, capsys) -> None:
+    import verispec.distill.average as average
+
+    _save(target, tmp_path / "a", 1)
+
+    def broken(head, path, **kw):
+        (path / "eagle.safetensors").write_bytes(b"half")
+        raise FileNotFoundError("the folder went away")
+
+    monkeypatch.setattr(average, "save_eagle_head", broken)
+    assert main(["--head", str(tmp_path / "a"), "--head", str(tmp_path / "a"), "--out", str(tmp_path / "o")]) == 2
+    assert "verispec distill average: error: the folder went away" in capsys.readouterr().err  # one line, no traceback
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from ..drafters.eagle_head import EagleFiles, EagleHead, save_eagle_head
+from ..exits import run_command
 from .eagle_stage import init_head
 
 __all__ = ["average_heads", "main"]
@@ -77,17 +77,19 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     if args.history:
         h = loaded[args.history].meta
         meta["earlier_runs"] = [*h.get("earlier_runs", []), *([h["train"]] if "train" in h else [])]
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # as a folder made by mkdir, not mkdtemp's owner-only
-    try:
-        save_eagle_head(head, tmp, vocab_map=heads[0].vocab_map, meta=meta)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"the mean of {len(heads)} heads -> {out}")
-    return 0
+
+    def write() -> int:
+        tmp = out.parent / f".{out.name}.part-{os.getpid()}"  # renamed to out once whole
+        tmp.mkdir()
+        try:
+            save_eagle_head(head, tmp, vocab_map=heads[0].vocab_map, meta=meta)
+            tmp.rename(out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"the mean of {len(heads)} heads -> {out}")
+        return 0
+
+    return run_command("distill average", write)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ search box (:func:`searchbox`), as the split's QA family mostly is.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -28,9 +27,9 @@ from pathlib import Path
 
 from ...workloads.outofstyle import stable_key
 from ...workloads.outofstyle_text import QA_QUESTIONS
+from .build import Instruction, write_jsonl
 
-__all__ = ["ASKS", "THINGS", "content_words", "main", "near_split", "run_cli", "searchbox", "trivia_instructions",
-           "write_lines"]
+__all__ = ["ASKS", "THINGS", "content_words", "main", "near_split", "run_cli", "searchbox", "trivia_instructions"]
 
 ASKS: dict[str, tuple[str, ...]] = {
     "person": ("who was {x}", "what is {x} famous for", "when was {x} born", "where was {x} born",
@@ -206,13 +205,6 @@ def trivia_instructions(per_name: int = 2, asks: dict[str, tuple[str, ...]] | No
              "text": text} for i, (kind, text) in enumerate(rows)]
 
 
-def write_lines(lines: list[dict], out: Path) -> None:
-    """Write ``lines`` as JSONL to ``out`` through a ``.part`` file, so a stopped run leaves none."""
-    tmp = out.with_name(out.name + ".part")
-    tmp.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in lines), encoding="utf-8")
-    tmp.replace(out)
-
-
 def run_cli(argv: Sequence[str] | None, prog: str, description: str,
             build: Callable[[int], list[dict]]) -> int:
     """The command of a part: ``--out FILE [--per-name N]``; writes ``build(N)``, prints the count."""
@@ -226,7 +218,7 @@ def run_cli(argv: Sequence[str] | None, prog: str, description: str,
     if args.per_name < 1:
         parser.error(f"--per-name must be positive, got {args.per_name}")
     lines = build(args.per_name)
-    write_lines(lines, out)
+    write_jsonl((Instruction(**d) for d in lines), out)
     print(f"{len(lines)} instructions -> {out}")
     return 0
 

@@ -18,7 +18,8 @@ __all__ = ["main"]
 # ``verispec distill TOOL ...``: the data tools of a general draft head, each its own command line.
 DISTILL_TOOLS = {"instructions": "verispec.distill.instructions.__main__", "answers": "verispec.distill.answers",
                  "pack": "verispec.distill.archive", "features": "verispec.distill.refeature",
-                 "head": "verispec.distill.head", "average": "verispec.distill.average"}
+                 "head": "verispec.distill.head", "average": "verispec.distill.average",
+                 "grow-map": "verispec.distill.grow_map"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("distill", help="train a small draft model to imitate a target",
                        epilog="data tools for a head that knows general text (each has --help): "
-                              "verispec distill instructions | answers | pack | features | head | average")
+                              "verispec distill instructions | answers | pack | features | head | average | grow-map")
     add_distill_arguments(d)
     d.set_defaults(func=_cmd_distill)
 

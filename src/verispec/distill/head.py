@@ -34,15 +34,11 @@ def answer_vocab_map(data: FeatureSet, size: int, always: Sequence[int] | torch.
     """``always`` (e.g. EOS, or a map to extend) plus the tokens the target wrote most often in
     the answers of ``data`` (its own choices, so mostly its argmax), ``size`` ids in all (or
     fewer if the answers use fewer): ``[N]`` int64, sorted."""
+    from .vocab_map import extend_map
+
     nxt = data.input_ids[:, 1:].long()
     scored = (data.weight[:, :-1].bool() & data.generated[:, :-1].bool())
-    keep = torch.as_tensor(always, dtype=torch.int64)
-    counts = torch.bincount(nxt[scored], minlength=int(max(nxt.max(), keep.max() if len(keep) else 0)) + 1)
-    taken = torch.zeros(len(counts), dtype=torch.bool)
-    taken[keep] = True
-    order = counts.argsort(descending=True, stable=True)
-    order = order[~taken[order] & (counts[order] > 0)]
-    return torch.unique(torch.cat([keep, order[: max(0, size - int(taken.sum()))]]))
+    return extend_map(torch.bincount(nxt[scored]), always, size)
 
 
 def map_coverage(data: FeatureSet, vocab_map: torch.Tensor, families: Sequence[str]) -> dict[str, float]:

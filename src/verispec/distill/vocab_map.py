@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..models import CausalLM
 
 
-__all__ = ["choose_vocab_map", "coverage", "run_vocab_map"]
+__all__ = ["choose_vocab_map", "coverage", "extend_map", "run_vocab_map"]
 
 
 def choose_vocab_map(labels: LabelSet, size: int, always: Sequence[int] = (),
@@ -43,6 +43,19 @@ def choose_vocab_map(labels: LabelSet, size: int, always: Sequence[int] = (),
         score[t] = float("inf")
     size = min(size, V)
     return torch.sort(score.topk(size).indices).values.long()
+
+
+def extend_map(counts: torch.Tensor, keep: torch.Tensor | Sequence[int], size: int) -> torch.Tensor:
+    """``keep`` (a map to extend, EOS) plus the ids of the highest ``counts [V]`` not in it, ``size``
+    ids in all (fewer if fewer ids were counted at all; ties go to the lower id): ``[N]`` int64, sorted."""
+    keep = torch.as_tensor(keep, dtype=torch.int64)
+    if len(keep) and int(keep.max()) >= len(counts):
+        counts = torch.cat([counts, counts.new_zeros(int(keep.max()) + 1 - len(counts))])
+    taken = torch.zeros(len(counts), dtype=torch.bool)
+    taken[keep] = True
+    order = counts.argsort(descending=True, stable=True)
+    order = order[~taken[order] & (counts[order] > 0)]
+    return torch.unique(torch.cat([keep, order[: max(0, size - int(taken.sum()))]]))
 
 
 def coverage(labels: LabelSet, vocab_map: torch.Tensor) -> float:

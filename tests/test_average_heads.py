@@ -91,7 +91,7 @@ def test_bad_arguments_are_named_and_nothing_is_written(tmp_path, target, capsys
 
 
 def test_a_write_that_fails_leaves_no_folder(tmp_path, target, monkeypatch, capsys) -> None:
-    import verispec.distill.average as average
+    import verispec.drafters.eagle_head as eagle_head
 
     _save(target, tmp_path / "a", 1)
 
@@ -99,7 +99,7 @@ def test_a_write_that_fails_leaves_no_folder(tmp_path, target, monkeypatch, caps
         (path / "eagle.safetensors").write_bytes(b"half")
         raise FileNotFoundError("the folder went away")
 
-    monkeypatch.setattr(average, "save_eagle_head", broken)
+    monkeypatch.setattr(eagle_head, "save_eagle_head", broken)
     assert main(["--head", str(tmp_path / "a"), "--head", str(tmp_path / "a"), "--out", str(tmp_path / "o")]) == 2
     assert "verispec distill average: error: the folder went away" in capsys.readouterr().err  # one line, no traceback
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]

@@ -73,3 +73,23 @@ def test_bad_arguments_are_named_and_nothing_is_written(tmp_path, capsys) -> Non
         assert e.value.code == 2
         assert message in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "h", "junk.safetensors"]
+
+
+def test_a_write_that_fails_leaves_no_folder(tmp_path, monkeypatch, capsys) -> None:
+    import verispec.drafters.eagle_head as eagle_head
+
+    target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    files = tiny_eagle(target, seed=1, vocab_map=torch.arange(0, 64, 2))
+    save_eagle_head(files.head, tmp_path / "h", vocab_map=files.vocab_map)
+    write_archive(_archive([[3, 5]]), tmp_path / "a.safetensors")
+
+    def broken(head, path, **kw):
+        (path / "eagle.safetensors").write_bytes(b"half")
+        raise FileNotFoundError("the folder went away")
+
+    monkeypatch.setattr(eagle_head, "save_eagle_head", broken)
+    argv = ["--head", str(tmp_path / "h"), "--archive", str(tmp_path / "a.safetensors"), "--size", "34",
+            "--out", str(tmp_path / "g")]
+    assert main(argv) == 2
+    assert "verispec distill grow-map: error: the folder went away" in capsys.readouterr().err  # one line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "h"]

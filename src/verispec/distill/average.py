@@ -12,16 +12,14 @@ saved as :func:`verispec.drafters.eagle_head.save_eagle_head` saves any head.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from ..drafters.eagle_head import EagleFiles, EagleHead, save_eagle_head
+from ..drafters.eagle_head import EagleFiles, EagleHead
 from ..exits import run_command
-from .eagle_stage import init_head
+from .eagle_stage import init_head, new_folder_problem, save_head_whole
 
 __all__ = ["average_heads", "main"]
 
@@ -56,10 +54,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     if len(args.head) < 2:
         ap.error(f"--head: give two or more heads to average, got {len(args.head)}")
     out = Path(args.out)
-    if out.exists():
-        ap.error(f"--out {str(out)!r} exists; give a new folder")
-    if not out.parent.is_dir():
-        ap.error(f"--out {str(out)!r}: its folder does not exist")
+    if problem := new_folder_problem(out):
+        ap.error(f"--out {problem}")
     loaded = {}
     for name in [*args.head, *([args.history] if args.history else [])]:
         try:
@@ -79,13 +75,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         meta["earlier_runs"] = [*h.get("earlier_runs", []), *([h["train"]] if "train" in h else [])]
 
     def write() -> int:
-        tmp = out.parent / f".{out.name}.part-{os.getpid()}"  # renamed to out once whole
-        tmp.mkdir()
-        try:
-            save_eagle_head(head, tmp, vocab_map=heads[0].vocab_map, meta=meta)
-            tmp.rename(out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        save_head_whole(head, out, vocab_map=heads[0].vocab_map, meta=meta)
         print(f"the mean of {len(heads)} heads -> {out}")
         return 0
 

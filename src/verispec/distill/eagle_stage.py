@@ -9,6 +9,8 @@ output rows, so it holds no copy of them).
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -37,6 +39,29 @@ def init_head(spec: str) -> EagleFiles:
     if path is None:
         raise ValueError(f"init_from {spec!r} is not an EAGLE head directory (no eagle_config.json)")
     return load_eagle_head(path)
+
+
+def new_folder_problem(out: Path) -> str | None:
+    """Why ``out`` cannot be a new output folder (it exists, or its parent does not), or None."""
+    if out.exists():
+        return f"{str(out)!r} exists; give a new folder"
+    if not out.parent.is_dir():
+        return f"{str(out)!r}: its folder does not exist"
+    return None
+
+
+def save_head_whole(head: EagleHead, out: Path, *, vocab_map: torch.Tensor | None, meta: dict) -> None:
+    """Save a head into the new folder ``out`` whole or not at all: written into a temporary
+    sibling folder, renamed to ``out`` once complete, removed on any failure."""
+    from ..drafters.eagle_head import save_eagle_head
+
+    tmp = out.parent / f".{out.name}.part-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        save_eagle_head(head, tmp, vocab_map=vocab_map, meta=meta)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def check_init_head(init: EagleFiles, cfg: DistillConfig, target: CausalLM) -> None:

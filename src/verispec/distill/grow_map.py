@@ -12,17 +12,14 @@ archives. A larger map costs the draft step one output row per id.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from ..drafters.eagle_head import save_eagle_head
 from ..exits import run_command
 from .archive import AnswerArchive, read_archive
-from .eagle_stage import init_head
+from .eagle_stage import init_head, new_folder_problem, save_head_whole
 from .vocab_map import extend_map
 
 __all__ = ["answer_counts", "grow_map", "main"]
@@ -53,10 +50,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--out", required=True, help="output head folder (must not exist)")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    if out.exists():
-        ap.error(f"--out {str(out)!r} exists; give a new folder")
-    if not out.parent.is_dir():
-        ap.error(f"--out {str(out)!r}: its folder does not exist")
+    if problem := new_folder_problem(out):
+        ap.error(f"--out {problem}")
     try:
         files = init_head(args.head)
     except (ValueError, OSError) as e:
@@ -77,13 +72,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     meta["grown_map"] = {"from": len(files.vocab_map), "to": len(vmap), "archives": [Path(p).name for p in args.archive]}
 
     def write() -> int:
-        tmp = out.parent / f".{out.name}.part-{os.getpid()}"  # renamed to out once whole
-        tmp.mkdir()
-        try:
-            save_eagle_head(files.head, tmp, vocab_map=vmap, meta=meta)
-            tmp.rename(out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        save_head_whole(files.head, out, vocab_map=vmap, meta=meta)
         print(f"vocab map {len(files.vocab_map)} -> {len(vmap)} ids -> {out}")
         return 0
 

@@ -18,8 +18,9 @@ disk and a seed:
 * :mod:`.selfinstruct` turns the target's own questions into more ``chat`` instructions.
 
 Instructions worded the way people ask, from other sources, are :mod:`.asked`'s (parts 1-3, with
-:mod:`.general`'s trivia), :mod:`.trivia`'s (part 4: questions about well-known things) and
-:mod:`.quiz`'s (part 5: records, counts, firsts, abbreviations and countries).
+:mod:`.general`'s trivia), :mod:`.trivia`'s (part 4: questions about well-known things),
+:mod:`.quiz`'s (part 5: records, counts, firsts, abbreviations and countries) and
+:mod:`.vocabnames`'s (part 6: questions about the names the target's tokenizer holds).
 """
 
 from __future__ import annotations

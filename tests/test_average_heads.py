@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from verispec.distill.average import average_heads, main
+from verispec.distill.average import average_heads, main, run_record
 from verispec.drafters.eagle_head import load_eagle_head, save_eagle_head
 from verispec.testing import tiny_eagle, tiny_llama
 
@@ -66,6 +66,22 @@ def test_the_command_writes_a_head_that_loads_with_its_history(tmp_path, target,
     assert [r["train"] for r in meta["average_of"]] == [{"seed": 1}, {"seed": 2}]
     assert meta["earlier_runs"] == [{"run": 1}, {"seed": 0}] and meta["target"] == "tiny"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary folder left
+
+
+def test_a_head_made_without_training_keeps_its_record_in_the_history(tmp_path, target) -> None:
+    """The shipped head can be a mean with a grown map (no ``train`` record): a mean made from it
+    keeps the heads it was the mean of and its map's growth, in ``average_of`` and in the history."""
+    made = {"average_of": [{"head": "x", "train": {"seed": 5}}, {"head": "y", "train": {"seed": 6}}],
+            "grown_map": {"from": 16, "to": 32, "archives": ["a.safetensors"]}}
+    _save(target, tmp_path / "start", 0, meta={"target": "tiny", "earlier_runs": [{"seed": 0}], **made})
+    _save(target, tmp_path / "b", 2, meta={"target": "tiny", "train": {"seed": 2}})
+    out = tmp_path / "mean"
+    assert main(["--head", str(tmp_path / "start"), "--head", str(tmp_path / "b"), "--history", str(tmp_path / "start"),
+                 "--out", str(out)]) == 0
+    meta = json.loads((out / "eagle_config.json").read_text())
+    assert [r["train"] for r in meta["average_of"]] == [made, {"seed": 2}]
+    assert meta["earlier_runs"] == [{"seed": 0}, made]
+    assert run_record({"target": "tiny", "config": {}}) is None
 
 
 def test_bad_arguments_are_named_and_nothing_is_written(tmp_path, target, capsys) -> None:

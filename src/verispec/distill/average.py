@@ -21,7 +21,15 @@ from ..drafters.eagle_head import EagleFiles, EagleHead
 from ..exits import run_command
 from .eagle_stage import init_head, new_folder_problem, save_head_whole
 
-__all__ = ["average_heads", "main"]
+__all__ = ["average_heads", "main", "run_record"]
+
+
+def run_record(meta: dict) -> dict | None:
+    """What made a head, from its ``eagle_config.json``: its training record, or for a head made
+    without training (a mean, a grown map) the heads it is the mean of and how its map grew."""
+    if "train" in meta:
+        return meta["train"]
+    return {k: meta[k] for k in ("average_of", "grown_map") if k in meta} or None
 
 
 def average_heads(heads: Sequence[EagleFiles]) -> EagleHead:
@@ -69,10 +77,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     except ValueError as e:
         ap.error(f"--head: {e}")
     meta = {"target": heads[0].meta.get("target"),
-            "average_of": [{"head": n, "train": loaded[n].meta.get("train")} for n in args.head]}
+            "average_of": [{"head": n, "train": run_record(loaded[n].meta)} for n in args.head]}
     if args.history:
         h = loaded[args.history].meta
-        meta["earlier_runs"] = [*h.get("earlier_runs", []), *([h["train"]] if "train" in h else [])]
+        meta["earlier_runs"] = [*h.get("earlier_runs", []), *filter(None, [run_record(h)])]
 
     def write() -> int:
         save_head_whole(head, out, vocab_map=heads[0].vocab_map, meta=meta)

@@ -1,8 +1,9 @@
 """Closed-book questions about the names the target's own vocabulary holds: part 6 of the asked
 instructions.
 
-Parts 4 and 5 (:mod:`.trivia`, :mod:`.quiz`) ask about 1,800 hand-written names and moved the
-head's QA family where nothing else had; writing ten times as many by hand is not a plan. The
+Parts 4 and 5 (:mod:`.trivia`, :mod:`.quiz`) ask 1,800 questions about 650 hand-written names and
+subjects and moved the head's QA family where nothing else had; writing ten times as many by hand is
+not a plan. The
 target's tokenizer already lists the names its training text used most: a byte-pair vocabulary
 gives a whole token to every word frequent enough, in the order of its merges (frequent first).
 :func:`proper_nouns` keeps the capitalised whole words (``"ĠCopernicus"``, ``"ĠKabul"``) whose
@@ -27,6 +28,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 from ...workloads.outofstyle import SPLIT_PATH
 from .trivia import run_cli, trivia_instructions
@@ -53,7 +55,7 @@ _DEMONYM_ENDS = ("ian", "ians", "ese", "ish", "ans", "ean", "eans", "ern", "ic")
 _WORD = re.compile(r"[A-Za-z]+")
 
 
-def split_words(path=SPLIT_PATH) -> frozenset[str]:
+def split_words(path: Path = SPLIT_PATH) -> frozenset[str]:
     """Every word of the out-of-style split's file (its prompts, passages and first answers)."""
     return frozenset(_WORD.findall(path.read_text(encoding="utf-8")))
 
@@ -61,8 +63,8 @@ def split_words(path=SPLIT_PATH) -> frozenset[str]:
 def proper_nouns(vocab: Mapping[str, int], exclude: Iterable[str] = ()) -> list[str]:
     """The names of a byte-level BPE ``vocab`` (token -> id; ``"Ġ"`` marks a leading space), in
     id order: capitalised whole words of four or more letters whose lower-case form is not a word
-    of the vocabulary, that are not a proper prefix of another capitalised word (a merge's piece), not a
-    month or weekday, not ending like a demonym or adjective, and not in ``exclude``."""
+    of the vocabulary, that are not a proper prefix of another capitalised word (a merge's piece),
+    not a month or weekday, not ending like a demonym or adjective, and not in ``exclude``."""
     words = {s[1:]: i for s, i in vocab.items() if s.startswith("Ġ") and _NAME.fullmatch(s[1:])}
     lower = {s[1:] for s in vocab if s.startswith("Ġ")}
     drop = set(exclude) | _CALENDAR
@@ -74,7 +76,8 @@ def proper_nouns(vocab: Mapping[str, int], exclude: Iterable[str] = ()) -> list[
 
 def vocab_name_instructions(per_name: int = 1, names: Sequence[str] | None = None) -> list[dict]:
     """The part 6 lines: every name of ``names`` (default: :func:`proper_nouns` of the built-in
-    target's tokenizer less :func:`split_words` and :data:`ANSWER_NAMES`) asked in ``per_name`` of :data:`ASKS`."""
+    target's tokenizer less :func:`split_words` and :data:`ANSWER_NAMES`) asked in ``per_name`` of
+    :data:`ASKS`."""
     if names is None:
         from ...models import load_causal_lm
 

@@ -271,6 +271,33 @@ def test_a_machine_that_slows_mid_run_shortens_head_training_again(tmp_path, mon
     assert summary["steps"] < 100 and len(plans) >= 2
 
 
+def test_a_slow_start_gives_its_steps_back_when_the_pace_recovers(tmp_path, monkeypatch) -> None:
+    """First steps at 4 s each (features still on disk), then 1 s each: the plan after 20 steps
+    (100 of 400 asked in a 400 s budget) rises again as the pace recovers and never passes the
+    steps asked. (Only lowering the plan would stop at 100 steps, 160 s into the budget.)"""
+    import types
+
+    import verispec.distill.eagle_train as eagle_train
+    from verispec.distill.head import train_head
+    from verispec.drafters.eagle_head import save_eagle_head
+    from verispec.testing import tiny_eagle, tiny_llama
+
+    tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    _run(tiny_target, tmp_path / "train", features=True)
+    init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
+    save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
+    shards = answer_shards(tmp_path / "train")
+    reads = iter([0.0, 80.0] + [80.0 + 20.0 * k for k in range(1, 1000)])  # t0, step 20, then every 20 steps
+    monkeypatch.setattr(eagle_train, "time", types.SimpleNamespace(perf_counter=lambda: next(reads)))
+    logs: list[str] = []
+    summary = train_head(tiny_target, shards, shards, tmp_path / "out", init_from=str(tmp_path / "init"), steps=400,
+                         time_budget_s=400, held_eval=2, log=logs.append)
+    plans = [int(line.split(" steps fit")[0].rsplit(" ", 1)[1])
+             for line in logs if "steps fit the time budget" in line]
+    assert plans[0] == 100 and max(plans) > 200
+    assert 200 < summary["steps"] < 400  # 252: each evaluation's clock read costs the fake clock 20 s too
+
+
 def test_bfloat16_autocast_training_keeps_float32_weights_and_follows_the_float32_run(tmp_path) -> None:
     """Training with the forward's matrix products in bfloat16 moves the head as float32 training
     does (close), yet not identically (so the autocast really ran), and keeps float32 weights."""

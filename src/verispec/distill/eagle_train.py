@@ -288,7 +288,9 @@ def unrolled_loss(outs: Sequence[torch.Tensor], f: torch.Tensor, w: torch.Tensor
 def steps_within(budget_s: float, elapsed_s: float, done: int, step: int, steps: int) -> int:
     """The last step that ends within ``budget_s`` at the pace of the ``done`` steps this run took
     ``elapsed_s`` for (their evaluations included), at most ``steps`` and never before ``step``.
-    Re-read every 20 steps, so a machine that slows down mid-run shortens the run again."""
+    Re-read every 20 steps, so a machine that slows down mid-run shortens the run again, and one
+    whose first steps were slow (features read from disk before the page cache holds them) gets
+    steps back once the pace recovers."""
     per_step = elapsed_s / max(done, 1)
     return min(steps, max(step, step + int((budget_s - elapsed_s) / per_step)))
 
@@ -310,9 +312,9 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
     pass-through initialisation. ``answers_only``: score only positions whose next token the
     target generated (where a head drafts), the rest being context. ``held_eval``: evaluate
     on the first ``held_eval`` held-out sequences only (0 = all). ``time_budget_s`` > 0: every
-    20 steps, lower ``steps`` so that the run ends within the budget at the pace so far
-    (:func:`steps_within`; the learning-rate schedule then follows the new length; the result
-    records it). ``autocast`` (e.g.
+    20 steps, plan the steps that end within the budget at the pace so far, never more than
+    ``steps`` (:func:`steps_within`; the learning-rate schedule then follows the new length; the
+    result records it). ``autocast`` (e.g.
     ``torch.bfloat16``): the forward's matrix products in that dtype (``torch.autocast``; the
     weights, gradients, optimizer and the softmaxes stay float32), several times faster on CPUs
     with bfloat16 matrix units. ``taps``: the target's decoder layers the head reads beside its
@@ -360,7 +362,7 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
 
     for _ in range(step):  # replay the batch stream so a resumed run sees the same batches
         draw()
-    t0, first, told = time.perf_counter(), step, float("inf")
+    t0, first, asked, told = time.perf_counter(), step, steps, steps
     task = progress.add_task("training (EAGLE head)", total=steps, completed=step) if progress else None
     last = history[-1] if history else {}
     while step < steps:
@@ -383,10 +385,10 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
         step += 1
         if time_budget_s and (step - first) % 20 == 0:
             elapsed = time.perf_counter() - t0
-            fit = steps_within(time_budget_s, elapsed, step - first, step, steps)
-            if fit < steps:
+            fit = steps_within(time_budget_s, elapsed, step - first, step, asked)
+            if fit != steps:
                 steps = fit
-                if steps < 0.98 * told:  # say so when the plan moved, not at every small step
+                if abs(steps - told) > 0.02 * told:  # say so when the plan moved, not at every small step
                     told = steps
                     log(f"{elapsed / (step - first):.2f} s per step so far: {steps} steps fit the time budget")
                 if task is not None:

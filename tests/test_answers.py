@@ -220,8 +220,9 @@ def test_verispec_distill_runs_the_data_tools(tmp_path, capsys) -> None:
     assert "verispec distill head" in capsys.readouterr().out
 
 
-def test_a_time_budget_shortens_head_training_after_its_first_steps(tmp_path) -> None:
-    from verispec.distill.head import train_head
+def _head_training_inputs(tmp_path):
+    """``(a tiny float32 target, its answer shards with features in tmp_path / "train", the initial
+    head saved in tmp_path / "init")``."""
     from verispec.drafters.eagle_head import save_eagle_head
     from verispec.testing import tiny_eagle, tiny_llama
 
@@ -229,7 +230,32 @@ def test_a_time_budget_shortens_head_training_after_its_first_steps(tmp_path) ->
     _run(tiny_target, tmp_path / "train", features=True)
     init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
     save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
-    shards = answer_shards(tmp_path / "train")
+    return tiny_target, answer_shards(tmp_path / "train"), init
+
+
+def _train_on_a_fake_clock(tmp_path, monkeypatch, reads: list[float], budget_s: float) -> tuple[dict, list[int]]:
+    """Train 400 steps within ``budget_s`` while the trainer's clock gives ``reads`` in turn:
+    ``(the summary, the planned steps it logged)``."""
+    import types
+
+    import verispec.distill.eagle_train as eagle_train
+    from verispec.distill.head import train_head
+
+    tiny_target, shards, _ = _head_training_inputs(tmp_path)
+    clock = iter(reads)
+    monkeypatch.setattr(eagle_train, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    logs: list[str] = []
+    summary = train_head(tiny_target, shards, shards, tmp_path / "out", init_from=str(tmp_path / "init"), steps=400,
+                         time_budget_s=budget_s, held_eval=2, log=logs.append)
+    plans = [int(line.split(" steps fit")[0].rsplit(" ", 1)[1])
+             for line in logs if "steps fit the time budget" in line]
+    return summary, plans
+
+
+def test_a_time_budget_shortens_head_training_after_its_first_steps(tmp_path) -> None:
+    from verispec.distill.head import train_head
+
+    tiny_target, shards, _ = _head_training_inputs(tmp_path)
     summary = train_head(tiny_target, shards, shards, tmp_path / "out", init_from=str(tmp_path / "init"), steps=400,
                          time_budget_s=1e-6, held_eval=2, log=lambda _: None)
     assert summary["steps"] == 20 and summary["train"]["eval"]["step"] == 20
@@ -249,25 +275,9 @@ def test_a_machine_that_slows_mid_run_shortens_head_training_again(tmp_path, mon
     """The budget is re-read every 20 steps: a clock that runs at 1 s per step for the first 20 and
     at 4 s per step after lowers the planned steps again (one estimate after 20 steps would keep
     the first plan, 100 steps, and overrun the budget)."""
-    import types
-
-    import verispec.distill.eagle_train as eagle_train
-    from verispec.distill.head import train_head
-    from verispec.drafters.eagle_head import save_eagle_head
-    from verispec.testing import tiny_eagle, tiny_llama
-
-    tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
-    _run(tiny_target, tmp_path / "train", features=True)
-    init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
-    save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
-    shards = answer_shards(tmp_path / "train")
-    reads = iter([0.0, 20.0] + [20.0 + 80.0 * k for k in range(1, 1000)])  # t0, step 20, then every 20 steps
-    monkeypatch.setattr(eagle_train, "time", types.SimpleNamespace(perf_counter=lambda: next(reads)))
-    logs: list[str] = []
-    summary = train_head(tiny_target, shards, shards, tmp_path / "out", init_from=str(tmp_path / "init"), steps=400,
-                         time_budget_s=100, held_eval=2, log=logs.append)
-    plans = [line for line in logs if "steps fit the time budget" in line]
-    assert plans[0].endswith("100 steps fit the time budget")
+    reads = [0.0, 20.0] + [20.0 + 80.0 * k for k in range(1, 1000)]  # t0, step 20, then every 20 steps
+    summary, plans = _train_on_a_fake_clock(tmp_path, monkeypatch, reads, budget_s=100)
+    assert plans[0] == 100
     assert summary["steps"] < 100 and len(plans) >= 2
 
 
@@ -275,25 +285,8 @@ def test_a_slow_start_gives_its_steps_back_when_the_pace_recovers(tmp_path, monk
     """First steps at 4 s each (features still on disk), then 1 s each: the plan after 20 steps
     (100 of 400 asked in a 400 s budget) rises again as the pace recovers and never passes the
     steps asked. (Only lowering the plan would stop at 100 steps, 160 s into the budget.)"""
-    import types
-
-    import verispec.distill.eagle_train as eagle_train
-    from verispec.distill.head import train_head
-    from verispec.drafters.eagle_head import save_eagle_head
-    from verispec.testing import tiny_eagle, tiny_llama
-
-    tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
-    _run(tiny_target, tmp_path / "train", features=True)
-    init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
-    save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
-    shards = answer_shards(tmp_path / "train")
-    reads = iter([0.0, 80.0] + [80.0 + 20.0 * k for k in range(1, 1000)])  # t0, step 20, then every 20 steps
-    monkeypatch.setattr(eagle_train, "time", types.SimpleNamespace(perf_counter=lambda: next(reads)))
-    logs: list[str] = []
-    summary = train_head(tiny_target, shards, shards, tmp_path / "out", init_from=str(tmp_path / "init"), steps=400,
-                         time_budget_s=400, held_eval=2, log=logs.append)
-    plans = [int(line.split(" steps fit")[0].rsplit(" ", 1)[1])
-             for line in logs if "steps fit the time budget" in line]
+    reads = [0.0, 80.0] + [80.0 + 20.0 * k for k in range(1, 1000)]  # t0, step 20, then every 20 steps
+    summary, plans = _train_on_a_fake_clock(tmp_path, monkeypatch, reads, budget_s=400)
     assert plans[0] == 100 and max(plans) > 200
     assert 200 < summary["steps"] < 400  # 252: each evaluation's clock read costs the fake clock 20 s too
 
@@ -302,14 +295,9 @@ def test_bfloat16_autocast_training_keeps_float32_weights_and_follows_the_float3
     """Training with the forward's matrix products in bfloat16 moves the head as float32 training
     does (close), yet not identically (so the autocast really ran), and keeps float32 weights."""
     from verispec.distill.head import train_head
-    from verispec.drafters.eagle_head import load_eagle_head, save_eagle_head
-    from verispec.testing import tiny_eagle, tiny_llama
+    from verispec.drafters.eagle_head import load_eagle_head
 
-    tiny_target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
-    _run(tiny_target, tmp_path / "train", features=True)
-    init = tiny_eagle(tiny_target, seed=1, vocab_map=torch.arange(0, 64, 2))
-    save_eagle_head(init.head, tmp_path / "init", vocab_map=init.vocab_map)
-    shards = answer_shards(tmp_path / "train")
+    tiny_target, shards, init = _head_training_inputs(tmp_path)
     heads = {}
     for name, autocast in (("fp32", None), ("bf16", torch.bfloat16)):
         summary = train_head(tiny_target, shards, shards, tmp_path / name, init_from=str(tmp_path / "init"), steps=3,

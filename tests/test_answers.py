@@ -355,3 +355,28 @@ def test_a_trace_in_a_missing_folder_is_named_before_any_work(tmp_path, capsys) 
     inst.write_text('{"id": "a", "family": "chat", "text": "hi"}\n')
     code = main(["--instructions", str(inst), "--out", str(tmp_path / "o"), "--trace", str(tmp_path / "no" / "t.jsonl")])
     assert code == 2 and "--trace" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_the_top1_weight_reaches_training_and_its_record(tmp_path) -> None:
+    """``top1_weight`` changes what a few steps learn (the cross-entropy at the target's argmax is
+    in the loss) and is recorded beside the recipe; 0 is the KL-only training."""
+    from verispec.distill.head import train_head
+    from verispec.drafters.eagle_head import load_eagle_head
+
+    tiny_target, shards, _ = _head_training_inputs(tmp_path)
+    heads = {}
+    for w in (0.0, 2.0):
+        summary = train_head(tiny_target, shards, shards, tmp_path / f"out{w}", init_from=str(tmp_path / "init"),
+                             steps=4, lr=1e-2, held_eval=2, seed=3, top1_weight=w, log=lambda _: None)
+        assert summary["top1_weight"] == w
+        heads[w] = load_eagle_head(tmp_path / f"out{w}").head.state_dict()
+    assert any(not torch.equal(heads[0.0][k], heads[2.0][k]) for k in heads[0.0])
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "1000"])
+def test_distill_head_refuses_a_bad_top1_weight(capsys, bad) -> None:
+    from verispec.distill.head import main
+
+    assert main(["--train", "nowhere", "--heldout", "nowhere", "--out", "x", "--top1-weight", bad]) == 2
+    err = capsys.readouterr().err
+    assert "--top1-weight must be in 0..100" in err and f"got {float(bad)}" in err

@@ -355,8 +355,9 @@ def test_drafter_specs_resolve_eagle_heads(tiny_target, tmp_path: Path) -> None:
         make_drafter(str(tmp_path / "nothing-here"))
 
 
-def _loss_over_all_positions(outs, f, w, W, reg_weight):
-    """The loss as first written: every position through the output rows, weighted."""
+def _loss_over_all_positions(outs, f, w, W, reg_weight, top1_weight=0.0):
+    """The loss as first written: every position through the output rows, weighted; the
+    top-1 term position by position."""
     lp_t = torch.log_softmax(f @ W.T, -1)
     loss = f.new_zeros(())
     for s, f_hat in enumerate(outs, 1):
@@ -365,13 +366,16 @@ def _loss_over_all_positions(outs, f, w, W, reg_weight):
         lp_s = torch.log_softmax(f_hat @ W.T, -1)
         kl = ((lp_t.exp() * (lp_t - lp_s)).sum(-1) * ws).sum() / ws.sum().clamp_min(1)
         reg = (torch.nn.functional.smooth_l1_loss(f_hat, f, reduction="none").mean(-1) * ws).sum() / ws.sum().clamp_min(1)
-        loss = loss + kl + reg_weight * reg
+        ce = sum(-lp_s[b, t, int(lp_t[b, t].argmax())] * ws[b, t] for b in range(w.shape[0]) for t in range(w.shape[1]))
+        loss = loss + kl + reg_weight * reg + top1_weight * ce / ws.sum().clamp_min(1)
     return loss
 
 
-def test_the_loss_over_scored_positions_and_a_cropped_batch_is_the_loss_over_all(tiny_target) -> None:
+@pytest.mark.parametrize("top1_weight", [0.0, 1.5])
+def test_the_loss_over_scored_positions_and_a_cropped_batch_is_the_loss_over_all(tiny_target, top1_weight) -> None:
     """unrolled_loss gathers the positions of weight > 0 and the trainer crops the batch after
-    its last one: the same loss and gradient as scoring every position of the full batch."""
+    its last one: the same loss as scoring every position of the full batch, the cross-entropy
+    at the target's argmax (``top1_weight``) included."""
     from verispec.distill.eagle_train import FeatureSet, _last_scored, _position_weight, unrolled_loss
 
     files, dm = _draft_model(tiny_target)
@@ -389,12 +393,16 @@ def test_the_loss_over_scored_positions_and_a_cropped_batch_is_the_loss_over_all
         w = _position_weight(b, answers_only)
         end = _last_scored(w, None)
         assert end == 10
-        full = _loss_over_all_positions(unrolled_predictions(files.head, dm.embed, f, ids, 3), f, w, W, 0.1)
+        full = _loss_over_all_positions(unrolled_predictions(files.head, dm.embed, f, ids, 3), f, w, W, 0.1,
+                                        top1_weight)
         outs = unrolled_predictions(files.head, dm.embed, f[:, :end], ids[:, :end], 3)
-        fast, _ = unrolled_loss(outs, f[:, :end], w[:, :end], W, 0.1)
+        fast, _ = unrolled_loss(outs, f[:, :end], w[:, :end], W, 0.1, top1_weight)
         torch.testing.assert_close(fast, full, atol=1e-10, rtol=1e-10)
     assert not torch.allclose(_loss_over_all_positions(unrolled_predictions(files.head, dm.embed, f, ids, 3), f,
-                                                       _position_weight(b, False), W, 0.1), fast)
+                                                       _position_weight(b, False), W, 0.1, top1_weight), fast)
+    # (and the top-1 term counts: the loss without it differs)
+    assert not torch.allclose(unrolled_loss(outs, f[:, :end], w[:, :end], W, 0.1, 0.0)[0],
+                              unrolled_loss(outs, f[:, :end], w[:, :end], W, 0.1, 1.5)[0])
 
 
 @pytest.mark.parametrize("start", [0, 2, 6])

@@ -258,10 +258,12 @@ def _first_scored(w: torch.Tensor, depth: int) -> int:
 
 
 def unrolled_loss(outs: Sequence[torch.Tensor], f: torch.Tensor, w: torch.Tensor, W: torch.Tensor,
-                  reg_weight: float) -> tuple[torch.Tensor, dict]:
+                  reg_weight: float, top1_weight: float = 0.0) -> tuple[torch.Tensor, dict]:
     """Sum over draft steps s of KL(target || head) over the map rows ``W [V_map, H]`` plus
-    ``reg_weight`` x smooth-L1(predicted, real feature), each averaged with weights ``w [B, T]``
-    (step s skips the first s positions). ``outs``: step s's predicted features ``[B, T, H]``.
+    ``reg_weight`` x smooth-L1(predicted, real feature) plus ``top1_weight`` x the head's
+    cross-entropy at the target's argmax (the token greedy decoding keeps: greedy acceptance
+    asks only that the head's argmax be it), each averaged with weights ``w [B, T]`` (step s
+    skips the first s positions). ``outs``: step s's predicted features ``[B, T, H]``.
 
     Only positions of weight > 0 go through the output rows (the costly part); the result is
     the same as over all positions."""
@@ -269,6 +271,7 @@ def unrolled_loss(outs: Sequence[torch.Tensor], f: torch.Tensor, w: torch.Tensor
     with torch.no_grad():
         lp_t = torch.log_softmax(f[pos] @ W.T, -1)  # [N, V_map] teacher over the map
         p_t = lp_t.exp()
+        top1 = lp_t.argmax(-1, keepdim=True)  # [N, 1] the target's greedy token (map row)
     loss = f.new_zeros(())
     info = {}
     for s, f_hat in enumerate(outs, 1):
@@ -281,6 +284,9 @@ def unrolled_loss(outs: Sequence[torch.Tensor], f: torch.Tensor, w: torch.Tensor
         kl = ((p_t * (lp_t - lp_s)).sum(-1) * ws).sum() / denom
         reg = (F.smooth_l1_loss(g, f[pos], reduction="none").mean(-1) * ws).sum() / denom
         loss = loss + kl + reg_weight * reg
+        if top1_weight:
+            ce = (-lp_s.gather(-1, top1).squeeze(-1) * ws).sum() / denom
+            loss = loss + top1_weight * ce
         info[f"kl{s}"] = float(kl.detach())
     return loss, info
 
@@ -297,7 +303,7 @@ def steps_within(budget_s: float, elapsed_s: float, done: int, step: int, steps:
 
 def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureSet, vocab_map: torch.Tensor, out: Path, *,
                 steps: int, batch_size: int = 4, lr: float = 3e-3, depth: int = 3, noise: float = 0.05,
-                reg_weight: float = 0.1, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
+                reg_weight: float = 0.1, top1_weight: float = 0.0, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
                 ckpt_every: int = 100, sample_weight: torch.Tensor | None = None, init_from: EagleHead | None = None,
                 answers_only: bool = False, held_eval: int = 0, time_budget_s: float = 0.0,
                 autocast: torch.dtype | None = None, taps: Sequence[int] | None = None, layers: int | None = None,
@@ -324,7 +330,7 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
     so training starts from exactly its drafts. The training and held-out sets must hold those taps.
     ``layers``: the head's decoder layers (default: those of ``init_from``, else 1); layers beyond
     ``init_from``'s start adding nothing (:func:`~verispec.drafters.eagle_head.deepen`), so again
-    training starts from exactly its drafts.
+    training starts from exactly its drafts. ``top1_weight``: see :func:`unrolled_loss`.
     """
     torch.manual_seed(seed)
     if taps is None:
@@ -377,7 +383,7 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
             outs = unrolled_predictions(head, embed, f, ids, depth, noise, noise_gen, start=_first_scored(w, depth),
                                         taps=taps)
-            loss, info = unrolled_loss(outs, f, w, W, reg_weight)
+            loss, info = unrolled_loss(outs, f, w, W, reg_weight, top1_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

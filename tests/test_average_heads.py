@@ -1,5 +1,5 @@
 """``verispec distill average``: the mean of several EAGLE heads' weights, refused for heads of
-other shapes or maps, written whole or not at all."""
+other shapes or maps, written whole or not at all, with a history that grows by one record a round."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from verispec.distill.average import average_heads, main, run_record
+from verispec.distill.average import average_heads, expand_history, main, run_record
 from verispec.drafters.eagle_head import load_eagle_head, save_eagle_head
 from verispec.testing import tiny_eagle, tiny_llama
 
@@ -79,9 +79,53 @@ def test_a_head_made_without_training_keeps_its_record_in_the_history(tmp_path, 
     assert main(["--head", str(tmp_path / "start"), "--head", str(tmp_path / "b"), "--history", str(tmp_path / "start"),
                  "--out", str(out)]) == 0
     meta = json.loads((out / "eagle_config.json").read_text())
-    assert [r["train"] for r in meta["average_of"]] == [made, {"seed": 2}]
+    # the start's record is the last earlier run: written once, referred to from average_of
+    assert [r["train"] for r in meta["average_of"]] == [{"same_as": "earlier_runs[1]"}, {"seed": 2}]
     assert meta["earlier_runs"] == [{"seed": 0}, made]
+    assert expand_history(meta["average_of"], meta["earlier_runs"])[0]["train"] == made
     assert run_record({"target": "tiny", "config": {}}) is None
+
+
+def test_rounds_of_means_grow_the_history_by_one_record_and_expand_to_the_nested_records(tmp_path, target) -> None:
+    """The shipped head is a mean of its start and the start trained again, round after round. Each
+    round's file holds what made every earlier round; written nested (a mean's record holds its
+    start's whole record) it would grow by all of them each round, written with references by one
+    record. Expanded, the references give back the nested records exactly."""
+    def trained(k: int) -> dict:
+        return {"seed": k, "init_from": f"start{k - 1}", "curve": [round(0.5 + k / 7 + i / 1000, 4) for i in range(60)]}
+
+    nested = {0: trained(0)}  # what the old rule wrote: round k's record, its start's inside it
+    _save(target, tmp_path / "start0", 0, meta={"target": "tiny", "train": nested[0]})
+    sizes = []
+    for k in range(1, 7):
+        _save(target, tmp_path / f"t{k}", k, meta={"target": "tiny", "train": trained(k)})
+        start = str(tmp_path / f"start{k - 1}")
+        assert main(["--head", start, "--head", str(tmp_path / f"t{k}"), "--history", start,
+                     "--out", str(tmp_path / f"start{k}")]) == 0
+        text = (tmp_path / f"start{k}" / "eagle_config.json").read_text()
+        meta = json.loads(text)
+        nested[k] = {"average_of": [{"head": start, "train": nested[k - 1]}, {"head": str(tmp_path / f"t{k}"),
+                                                                                  "train": trained(k)}]}
+        runs = meta["earlier_runs"]
+        assert [expand_history(r, runs[:i]) for i, r in enumerate(runs)] == [nested[i] for i in range(k)]
+        assert expand_history(meta["average_of"], runs) == nested[k]["average_of"]
+        sizes.append(len(text))
+    one = len(json.dumps(trained(1), indent=2))
+    steps = [b - a for a, b in zip(sizes, sizes[1:])]
+    assert max(steps) < 1.6 * one + 600, (sizes, one)  # nested, round 6 alone would add five records
+    assert len(json.dumps(nested[6], indent=2)) > 4 * sizes[-1] / 3
+
+
+def test_a_history_that_refers_past_its_runs_is_named(tmp_path, target, capsys) -> None:
+    _save(target, tmp_path / "a", 1, meta={"target": "tiny", "train": {"seed": 1}})
+    _save(target, tmp_path / "bad", 2, meta={"target": "tiny", "earlier_runs": [{"same_as": "earlier_runs[0]"}],
+                                                "average_of": [{"head": "x", "train": {"seed": 3}}]})
+    with pytest.raises(SystemExit):
+        main(["--head", str(tmp_path / "a"), "--head", str(tmp_path / "a"), "--history", str(tmp_path / "bad"),
+              "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert "--history '" + str(tmp_path / "bad") in err and "earlier_runs[0]" in err
+    assert not (tmp_path / "o").exists()
 
 
 def test_bad_arguments_are_named_and_nothing_is_written(tmp_path, target, capsys) -> None:

@@ -7,6 +7,12 @@ heads must have the same shape (config) and the same vocab map; the mean is take
 saved as :func:`verispec.drafters.eagle_head.save_eagle_head` saves any head.
 
 ``verispec distill average --head DIR --head DIR [...] --out DIR [--history eagle]``
+
+The output's ``eagle_config.json`` keeps how the head was made: ``average_of`` (each head and what
+made it) and, with ``--history``, ``earlier_runs`` (the start's earlier runs, then the start's own
+record). A mean of a mean would copy its start's whole record, nested once more each round; instead
+a record that repeats an earlier run is written ``{"same_as": "earlier_runs[j]"}``
+(:func:`compact_history`), so the file grows by one record per round.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from ..drafters.eagle_head import EagleFiles, EagleHead
 from ..exits import run_command
 from .eagle_stage import init_head, new_folder_problem, save_head_whole
 
-__all__ = ["average_heads", "main", "run_record"]
+__all__ = ["average_heads", "compact_history", "expand_history", "main", "run_record"]
+
+_REF = "same_as"
 
 
 def run_record(meta: dict) -> dict | None:
@@ -30,6 +38,55 @@ def run_record(meta: dict) -> dict | None:
     if "train" in meta:
         return meta["train"]
     return {k: meta[k] for k in ("average_of", "grown_map") if k in meta} or None
+
+
+def _ref_index(x: object) -> int | None:
+    """j for a reference ``{"same_as": "earlier_runs[j]"}``, else None."""
+    if isinstance(x, dict) and set(x) == {_REF} and isinstance(x[_REF], str):
+        ref = x[_REF]
+        if ref.startswith("earlier_runs[") and ref.endswith("]") and ref[13:-1].isdigit():
+            return int(ref[13:-1])
+    return None
+
+
+def expand_history(record: object, runs: list) -> object:
+    """``record`` with every reference into ``runs`` (an ``earlier_runs`` list as written) replaced
+    by the run it names, itself expanded (run j may refer to runs before it only); a reference
+    that points past that is an error."""
+    def expand(x: object, limit: int) -> object:
+        j = _ref_index(x)
+        if j is not None:
+            if j >= limit:
+                raise ValueError(f"its history refers to {x[_REF]} where only {limit} earlier runs precede")
+            return expand(runs[j], j)
+        if isinstance(x, dict):
+            return {k: expand(v, limit) for k, v in x.items()}
+        if isinstance(x, list):
+            return [expand(v, limit) for v in x]
+        return x
+    return expand(record, len(runs))
+
+
+def compact_history(meta: dict) -> dict:
+    """``meta`` (with its records expanded) as written: inside each earlier run and in the rest of
+    ``meta``, every record equal to an earlier run before it replaced by a reference to that run."""
+    runs = meta.get("earlier_runs") or []
+
+    def compact(x: object, before: int) -> object:
+        if isinstance(x, dict):
+            j = next((j for j in range(before) if runs[j] == x), None)
+            if j is not None:
+                return {_REF: f"earlier_runs[{j}]"}
+            return {k: compact(v, before) for k, v in x.items()}
+        if isinstance(x, list):
+            return [compact(v, before) for v in x]
+        return x
+
+    out = {k: (v if k == "config" else compact(v, len(runs))) for k, v in meta.items() if k != "earlier_runs"}
+    if "earlier_runs" in meta:  # run i may repeat runs before it only
+        out["earlier_runs"] = [x if not isinstance(x, dict) else {k: compact(v, i) for k, v in x.items()}
+                               for i, x in enumerate(runs)]
+    return out
 
 
 def average_heads(heads: Sequence[EagleFiles]) -> EagleHead:
@@ -76,11 +133,21 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         head = average_heads(heads)
     except ValueError as e:
         ap.error(f"--head: {e}")
+    made = {}  # per head: (its earlier runs, what made it), references resolved in its own history
+    for name, files in loaded.items():
+        earlier = files.meta.get("earlier_runs") or []
+        try:
+            made[name] = ([expand_history(r, earlier[:i]) for i, r in enumerate(earlier)],
+                          expand_history(run_record(files.meta), earlier))
+        except ValueError as e:
+            flag = "--history" if name == args.history and name not in args.head else "--head"
+            ap.error(f"{flag} {name!r}: {e}")
     meta = {"target": heads[0].meta.get("target"),
-            "average_of": [{"head": n, "train": run_record(loaded[n].meta)} for n in args.head]}
+            "average_of": [{"head": n, "train": made[n][1]} for n in args.head]}
     if args.history:
-        h = loaded[args.history].meta
-        meta["earlier_runs"] = [*h.get("earlier_runs", []), *filter(None, [run_record(h)])]
+        runs, record = made[args.history]
+        meta["earlier_runs"] = [*runs, *filter(None, [record])]
+    meta = compact_history(meta)
 
     def write() -> int:
         save_head_whole(head, out, vocab_map=heads[0].vocab_map, meta=meta)

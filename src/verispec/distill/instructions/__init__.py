@@ -20,7 +20,8 @@ disk and a seed:
 Instructions worded the way people ask, from other sources, are :mod:`.asked`'s (parts 1-3, with
 :mod:`.general`'s trivia), :mod:`.trivia`'s (part 4: questions about well-known things),
 :mod:`.quiz`'s (part 5: records, counts, firsts, abbreviations and countries) and
-:mod:`.vocabnames`'s (part 6: questions about the names the target's tokenizer holds).
+:mod:`.vocabnames`'s (part 6: questions about the names the target's tokenizer holds) and
+:mod:`.famous`'s (part 7: more closed-book questions about well-known things).
 """
 
 from __future__ import annotations

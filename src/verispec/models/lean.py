@@ -9,7 +9,9 @@ the very same tensor operations in the same order (the RMSNorm, linear and activ
 own ``forward``, HF's rotary formula, the model's registered attention function, the cache's
 ``update``), so its outputs are bit-identical (tested against HF's forward).
 
-What it skips: hooks registered on the layer's submodules (the layer's own hooks still run).
+What it skips: hooks registered on the layer's submodules (the layer's own hooks still run, so
+``output_hidden_states``, which HF records with a hook on each layer, keeps the lean path: a pass that
+also returns the EAGLE head's features costs what a plain pass does).
 It runs HF's forward instead when the layer is training, when a call brings keyword arguments
 the lean path does not know (e.g. ``output_attentions``), or when the model's attention
 implementation changed since it was installed.
@@ -58,7 +60,11 @@ def _plain_llama_layer(layer: nn.Module, llama: types.ModuleType) -> bool:
             and all(type(n) is llama.LlamaRMSNorm for n in norms))
 
 
-_KNOWN = frozenset({"attention_mask", "position_ids", "cache", "use_cache", "position_embeddings"})
+# ``output_hidden_states`` reaches every layer when a caller asks the model for its hidden states;
+# HF records them with a forward hook on the layer itself, which runs around this forward too.
+# (``output_attentions`` is recorded on the attention module, which the lean path skips: HF runs.)
+_KNOWN = frozenset({"attention_mask", "position_ids", "cache", "use_cache", "position_embeddings",
+                    "output_hidden_states"})
 
 
 def _lean_forward(self: nn.Module, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:

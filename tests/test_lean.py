@@ -71,8 +71,8 @@ def test_lean_layers_leave_other_layers_alone():
 
 def test_lean_layers_keep_the_lean_path_when_hidden_states_are_asked_for(monkeypatch):
     """A pass that also returns hidden states and taps (what the engine runs for an EAGLE head)
-    runs the lean forward, not HF's (which cost ~2 ms of a ~25 ms pass of SmolLM2-135M), and
-    returns HF's hidden states and logits bit for bit."""
+    runs the lean forward, not HF's (its cost: BENCHMARKS.md, "The engine's feature passes made
+    lean"), and returns HF's hidden states and logits bit for bit."""
     ref = tiny_llama(seed=4, dtype=torch.float32, layers=3).model
     lean = tiny_llama(seed=4, dtype=torch.float32, layers=3).model
     lean_layers(lean)

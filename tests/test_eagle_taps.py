@@ -228,3 +228,41 @@ def test_a_head_widened_to_more_layers_starts_as_it_was(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"init_from reads layers \[1\], which must all be among them"):
         train_eagle(target.model, data, data, torch.arange(64), tmp_path, steps=0, init_from=old, taps=(2,),
                     log=lambda *_: None)
+
+
+@pytest.mark.parametrize("weights", ["fp32", "fp16", "int8"])
+def test_the_drafter_fuses_the_taps_through_its_draft_weights(weights) -> None:
+    """The fusion of every pass's real features reads its projection from the draft weights (one
+    more matmul of the step's kind): close to the head's own :meth:`EagleHead.fuse` (the fusion
+    moves the features; a projection left out would not), and what the drafter feeds the head
+    comes from that copy (a broken copy moves its features)."""
+    from verispec.drafters import EagleDrafter
+    from verispec.drafters.eagle_head import bind_eagle
+    from verispec.models import fp16_linear, int8_linear
+
+    if weights == "fp16" and fp16_linear(torch.zeros(2, 2)) is None:
+        pytest.skip("this torch build has no fbgemm float16 linear")
+    if weights == "int8" and int8_linear(torch.zeros(8, 32)) is None:
+        pytest.skip("this torch build has no int8 weight kernel")
+    target = tiny_llama(vocab_size=64, seed=0, layers=3, dtype=torch.float32)
+    files = tiny_eagle(target, seed=4, taps=(1, 2))
+    with torch.no_grad():  # a fusion that moves the features well beyond the tolerances below
+        files.head.taps.proj.weight.normal_(std=0.2, generator=torch.Generator().manual_seed(0))
+    model = bind_eagle(files, target, weights=weights)
+    assert model.weights == weights and "fuse" in model._step.linear
+    H = target.model.config.hidden_size
+    gen = torch.Generator().manual_seed(1)
+    f, taps = torch.randn(5, H, generator=gen), 3 * torch.randn(5, 2, H, generator=gen)
+    with torch.no_grad():
+        want, got = files.head.fuse(f, taps), model.fuse(f, taps)
+    tol = {"fp32": dict(atol=2e-5, rtol=2e-5), "fp16": dict(atol=2e-3, rtol=2e-3),
+           "int8": dict(atol=0.05, rtol=0.05)}[weights]
+    torch.testing.assert_close(got, want, **tol)
+    assert (want - f).abs().max() > 20 * tol["atol"]  # the fusion moves the features this much
+    drafter = EagleDrafter(files, weights=weights)
+    drafter.bind(target)
+    with torch.no_grad():
+        real = drafter._real_features([torch.cat([f[:, None], taps], 1)])[0]
+        torch.testing.assert_close(real, drafter.model.fuse(f, taps), atol=0, rtol=0)
+        drafter.model._step.linear["fuse"] = lambda x: torch.zeros(x.shape[0], H)
+        assert not torch.allclose(drafter._real_features([torch.cat([f[:, None], taps], 1)])[0], real)

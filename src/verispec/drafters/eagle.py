@@ -157,10 +157,10 @@ class EagleDrafter(DrafterBase):
     def _real_features(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
         """What the head reads of the target, per row ``[n, H]``: the final features as they
         are, or for a head with taps (``[n, 1 + taps, H]`` given) the final ones with the taps
-        fused in (:meth:`~verispec.drafters.eagle_head.EagleHead.fuse`), each row on its own so
-        that its features never depend on the other rows."""
-        head = self._bound().head
-        taps = head.feature_taps
+        fused in (:meth:`~verispec.drafters.eagle_head.EagleDraftModel.fuse`: the fusion's matmul in
+        the draft weights), each row on its own so that its features never depend on the other rows."""
+        model = self._bound()
+        taps = model.head.feature_taps
         shape = (1 + len(taps),) if taps else ()  # what each feature holds besides H
         bad = next((f.shape for f in features if tuple(f.shape[1:-1]) != shape), None)
         if bad is not None:
@@ -170,7 +170,7 @@ class EagleDrafter(DrafterBase):
         if not taps:
             return features
         with torch.no_grad():
-            return [head.fuse(f[:, 0], f[:, 1:]) for f in features]
+            return [model.fuse(f[:, 0], f[:, 1:]) for f in features]
 
     def _feed_pending(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending real pairs (ragged: left-padded); the logits ``[B, V_d]`` and the

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,11 +116,14 @@ class TapFusion(nn.Module):
         self.proj = nn.Linear(n_taps * hidden_size, hidden_size, bias=False)
         nn.init.zeros_(self.proj.weight)
 
-    def forward(self, features: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
-        """``features [..., H]``, ``taps [..., n, H]`` -> fused features ``[..., H]``."""
+    def forward(self, features: torch.Tensor, taps: torch.Tensor,
+                proj: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """``features [..., H]``, ``taps [..., n, H]`` -> fused features ``[..., H]``. ``proj``: W
+        as another matmul of the same weight (a drafter's copy in its draft weights, reading
+        ``[rows, n * H]``); default ``self.proj``."""
         x = taps.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.gain.float()
-        return features + self.proj(x.flatten(-2).to(self.proj.weight.dtype)).to(features.dtype)
+        return features + (proj or self.proj)(x.flatten(-2).to(self.proj.weight.dtype)).to(features.dtype)
 
 
 def widen_taps(state: dict[str, torch.Tensor], old: Sequence[int], new: Sequence[int]) -> dict[str, torch.Tensor]:
@@ -191,16 +194,18 @@ class EagleHead(nn.Module):
         """The target's decoder layers this head reads beside its final features (may be empty)."""
         return tuple(getattr(self.config, "feature_taps", None) or ())
 
-    def fuse(self, features: torch.Tensor, taps: torch.Tensor | None) -> torch.Tensor:
+    def fuse(self, features: torch.Tensor, taps: torch.Tensor | None,
+             proj: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """The real features the head reads: ``features [..., H]`` with ``taps [..., n, H]`` fused
-        in (:class:`TapFusion`), or ``features`` as they are for a head without taps."""
+        in (:class:`TapFusion`, its projection ``proj`` when given), or ``features`` as they are for
+        a head without taps."""
         if self.taps is None:
             return features
         if taps is None or taps.shape[-2] != len(self.feature_taps):
             got = None if taps is None else taps.shape[-2]
             raise ValueError(f"this EAGLE head reads the target's layers {list(self.feature_taps)}: "
                              f"it needs their states beside the features (got {got} taps)")
-        return self.taps(features, taps)
+        return self.taps(features, taps, proj)
 
     def forward(self, embeds: torch.Tensor, features: torch.Tensor, *, attention_mask=None,
                 position_ids=None, cache=None, use_cache: bool = False) -> torch.Tensor:
@@ -267,6 +272,14 @@ class EagleDraftModel(nn.Module):
                               cache=kw["cache"])
         return self.reference_forward_hidden(input_ids, features=features, logits_to_keep=logits_to_keep, **kw)
 
+    def fuse(self, features: torch.Tensor, taps: torch.Tensor | None) -> torch.Tensor:
+        """The real features the head reads (:meth:`EagleHead.fuse`): ``features [n, H]`` and
+        ``taps [n, t, H]`` -> ``[n, H]``, the projection through the draft weights
+        (:meth:`_FastStep.fuse`) where drafting has them."""
+        if self._step is None or taps is None or taps.shape[-2] != len(self.head.feature_taps):
+            return self.head.fuse(features, taps)  # (its errors, or the reference)
+        return self._step.fuse(features, taps)
+
     def reference_forward_hidden(self, input_ids: torch.Tensor, *, features: torch.Tensor, logits_to_keep: int = 0,
                                  **kw) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`forward_hidden` through the HF modules and plain matmuls (what the fast path is
@@ -305,8 +318,10 @@ class _FastStep:
     @staticmethod
     def weights(head: EagleHead, out_rows: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
         """The step's matmuls in the order it runs them: name -> (weight ``[out, in]``, bias).
-        Layer 0's are ``q`` .. ``down``, a later layer i's ``q{i}`` .. ``down{i}``."""
-        mods = {"fc": head.fc}
+        A head with taps first fuses the target's features (``fuse``, :meth:`fuse`); layer 0's
+        are ``q`` .. ``down``, a later layer i's ``q{i}`` .. ``down{i}``."""
+        mods = {"fuse": head.taps.proj} if head.taps is not None else {}
+        mods |= {"fc": head.fc}
         for i, layer in enumerate(head.body.layers):
             attn, mlp, n = layer.self_attn, layer.mlp, str(i or "")
             mods |= {"q" + n: attn.q_proj, "k" + n: attn.k_proj, "v" + n: attn.v_proj, "o" + n: attn.o_proj,
@@ -329,6 +344,13 @@ class _FastStep:
         else:
             self.linear = {n: _linear_fn(w, b, cpu_kernels=self.cpu) for n, (w, b) in weights.items()}
         self.head_dim = self.layers[0].self_attn.head_dim
+
+    def fuse(self, features: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+        """:meth:`EagleHead.fuse` with the fusion's projection read from the draft weights:
+        ``features [n, H]``, ``taps [n, t, H]`` -> ``[n, H]``. It runs on the real features of
+        every pass, right after the target's pass has pushed its weights out of the caches, so it
+        reads as few bytes as the step's matmuls (float32, 4 MB for three taps of SmolLM2-135M)."""
+        return self.head.fuse(features, taps, proj=self.linear.get("fuse"))
 
     def __call__(self, embeds: torch.Tensor, features: torch.Tensor, *, logits_to_keep: int,
                  attention_mask: torch.Tensor | None, position_ids: torch.Tensor, cache

@@ -349,7 +349,8 @@ class _FastStep:
         """:meth:`EagleHead.fuse` with the fusion's projection read from the draft weights:
         ``features [n, H]``, ``taps [n, t, H]`` -> ``[n, H]``. It runs on the real features of
         every pass, right after the target's pass has pushed its weights out of the caches, so it
-        reads as few bytes as the step's matmuls (float32, 4 MB for three taps of SmolLM2-135M)."""
+        reads the same kind of copy as the step's matmuls (its float32 weight is 4 MB for three
+        taps of SmolLM2-135M, its int8 copy 1 MB)."""
         return self.head.fuse(features, taps, proj=self.linear.get("fuse"))
 
     def __call__(self, embeds: torch.Tensor, features: torch.Tensor, *, logits_to_keep: int,
@@ -606,7 +607,8 @@ def capability_draft_weights(head: EagleHead, out_rows: torch.Tensor, flags: str
 
 def _measured_draft_weights(head: EagleHead, out_rows: torch.Tensor) -> tuple[str, dict]:
     """Which draft weights (``"fp32"``, oneDNN-packed; ``"fp16"``; ``"int8"``) make a one-row
-    draft step's matmuls (``fc`` .. ``down`` and the output rows, inputs ``[1, in]``) fastest on
+    draft step's matmuls (a tapped head's ``fuse``, ``fc`` .. ``down`` and the output rows, inputs
+    ``[1, in]``) fastest on
     this machine, each timed right after the CPU's caches were flushed (as in decoding, after a
     target pass): timed once per machine and shapes, then read from
     :func:`verispec.models.kernels_file`. Only the kinds this build and these shapes can run are

@@ -419,7 +419,7 @@ def test_bench_default_drafter_matches_generate(tiny_pair) -> None:
 from rich.console import Console  # noqa: E402
 
 from verispec.bench.intervals import bootstrap_ratio, bootstrap_repeats_ratio  # noqa: E402
-from verispec.bench.reliability import one_token_pass_check, relative_gap  # noqa: E402
+from verispec.bench.reliability import cost_table_check, one_token_pass_check, relative_gap  # noqa: E402
 from verispec.bench.report import _csv, print_report  # noqa: E402
 from verispec.bench.runner import BenchConfig, BenchRun, Measurement  # noqa: E402
 from verispec.bench.theory import monotone_costs, non_monotone  # noqa: E402
@@ -590,6 +590,38 @@ def test_one_token_pass_check() -> None:
     # A drafter that never makes a one-token pass: nothing to compare, not a failure.
     ms = [m for m in run.measurements if m.config == BASE.key]
     assert one_token_pass_check(ms, BASE.key, [SPEC.key])["agree"] is None
+
+
+def test_a_cost_table_timed_under_other_conditions_is_named() -> None:
+    """Run 2 of BENCHMARKS' whole-split bench: its table put a one-token pass at 34.2 ms, the run's
+    were 25.8 ms. Within 15% (run 1: 26.3 against 29.4) or without either number: no warning."""
+    w = cost_table_check(34.2, 25.8)
+    assert w is not None and "34.2 ms" in w and "25.8 ms" in w and "33% apart" in w and "--costs" in w
+    assert cost_table_check(25.8, 34.2) is not None  # either way round
+    assert cost_table_check(26.3, 29.4) is None
+    assert cost_table_check(None, 25.8) is None and cost_table_check(34.2, None) is None
+
+
+def test_the_bench_warns_when_its_cost_table_disagrees_with_the_run(tiny_pair, tmp_path: Path, one_thread, capsys,
+                                                                   monkeypatch) -> None:
+    """The table the run's K choices weighed, scaled 10x (as if timed on a busy machine): the report
+    warns and prints it; the run stays reliable (its speedups are measured)."""
+    from verispec.bench import pass_table
+
+    target, _, prompts = tiny_pair
+    real = pass_table.pass_cost_table
+
+    def slow_table(*args, **kwargs):
+        table = real(*args, **kwargs)
+        return {**table, "v1_ms": 10 * table["v1_ms"]}
+    monkeypatch.setattr(pass_table, "pass_cost_table", slow_table)
+    out = tmp_path / "out"
+    assert run_bench(_args("--target", str(target), "--draft", "ngram", "--prompts", str(prompts), "--max-new-tokens",
+                           "6", "--k", "2", "--threads", "1", "--out", str(out))) == 0
+    report = json.loads((out / "report.json").read_text())
+    said = [w for w in report["warnings"] if w.startswith("the pass-cost table k=auto weighed")]
+    assert len(said) == 1 and report["summary"]["reliable"] is not False
+    assert "the pass-cost table k=auto weighed" in capsys.readouterr().out
 
 
 def test_disagreeing_one_token_passes_mark_the_run_unreliable(tmp_path: Path) -> None:

@@ -286,6 +286,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     from ..models import load_causal_lm
     from .analysis import analyse
     from .pass_table import pass_cost_table
+    from .reliability import cost_table_check
     from .report import print_report, write_outputs
     from .runner import BenchSettings, run_benchmark
 
@@ -370,6 +371,10 @@ def _run_bench(args: argparse.Namespace) -> int:
         "baseline_outputs": {m.prompt_id: target.tokenizer.decode(m.tokens, skip_special_tokens=True)
                              for m in run.measurements if m.config == run.configs[0].key and m.repeat == 0},
     }
+    table_warning = cost_table_check(pass_costs.get("v1_ms"),
+                                     report["reliability"]["one_token_passes"].get("baseline_pass_ms"))
+    if table_warning is not None:
+        report["warnings"].append(table_warning)
     print_report(report, console)
     if vllm is not None:
         report["vllm"] = _run_vllm(vllm, run, report, opt, args, console, out)

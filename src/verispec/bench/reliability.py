@@ -1,4 +1,4 @@
-"""Is a benchmark run trustworthy? Two checks that catch a machine busy with something else.
+"""Is a benchmark run trustworthy? Checks that catch a machine busy with something else.
 
 1. **One-token passes.** Target-only decoding is nothing but one-token target passes; the
    speculative configs of the same run make one-token passes too (a prompt-lookup miss, a
@@ -12,6 +12,13 @@
 2. **Two baselines.** With ``--compare hf`` the run measures target-only decoding twice
    (verispec's and HF's plain ``generate``). Speedups are taken over the faster of the two, and
    the report warns when they differ by more than :data:`BASELINE_TOLERANCE` (10%).
+
+3. **The cost table against the run.** ``k="auto"`` weighs a pass-cost table timed before the
+   run (or read from ``--costs``). When its one-token pass is more than :data:`PASS_TOLERANCE` away
+   from target-only's one-token passes in the run (:func:`cost_table_check`), it was timed under
+   other conditions, and the K choices weighed passes and draft steps as they were then. The
+   speedups are still measurements (every config ran under the run's conditions), so this warns
+   without marking the run unreliable.
 
 "Differ by more than x" is symmetric: ``max(a, b) / min(a, b) - 1 > x``. The check compares
 *means*, not medians: speedups are ratios of summed times, and a contended 2-core machine stalls a
@@ -27,7 +34,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Protocol
 
-__all__ = ["BASELINE_TOLERANCE", "PASS_TOLERANCE", "one_token_pass_check", "relative_gap"]
+__all__ = ["BASELINE_TOLERANCE", "PASS_TOLERANCE", "cost_table_check", "one_token_pass_check", "relative_gap"]
 
 PASS_TOLERANCE = 0.15
 BASELINE_TOLERANCE = 0.10
@@ -47,6 +54,21 @@ def relative_gap(a: float | None, b: float | None) -> float:
     if a is None or b is None or not math.isfinite(a) or not math.isfinite(b) or a <= 0 or b <= 0:
         return math.nan
     return max(a, b) / min(a, b) - 1.0
+
+
+def cost_table_check(table_v1_ms: float | None, run_v1_ms: float | None,
+                     tolerance: float = PASS_TOLERANCE) -> str | None:
+    """A warning when the cost table's one-token pass (``table_v1_ms``) and target-only's one-token
+    passes in the run (mean, ``run_v1_ms``) are more than ``tolerance`` apart (check 3 of the
+    module docstring); None when they agree or either is unknown."""
+    gap = relative_gap(table_v1_ms, run_v1_ms)
+    if not math.isfinite(gap) or gap <= tolerance:
+        return None
+    return (f"the pass-cost table k=auto weighed puts a one-token pass at {table_v1_ms:.1f} ms, target-only's "
+            f"one-token passes in the run took {run_v1_ms:.1f} ms ({100 * gap:.0f}% apart, > {100 * tolerance:.0f}%): "
+            "the table was timed under other conditions (something else on the cores?), so the K choices weighed "
+            "passes and draft steps as they were then; the speedups are measured, but rerun on a quiet machine "
+            "(or pin a table timed on one with --costs) before comparing K choices")
 
 
 def _one_token_seconds(ms: Iterable[_Measurement]) -> list[float]:

@@ -602,10 +602,10 @@ def test_a_cost_table_timed_under_other_conditions_is_named() -> None:
     assert cost_table_check(None, 25.8) is None and cost_table_check(34.2, None) is None
 
 
-def test_the_bench_warns_when_its_cost_table_disagrees_with_the_run(tiny_pair, tmp_path: Path, one_thread, capsys,
+def test_the_bench_notes_when_its_cost_table_disagrees_with_the_run(tiny_pair, tmp_path: Path, one_thread, capsys,
                                                                    monkeypatch) -> None:
     """The table the run's K choices weighed, scaled 10x (as if timed on a busy machine): the report
-    warns and prints it; the run stays reliable (its speedups are measured)."""
+    notes it and prints it; the run stays reliable (its speedups are measured)."""
     from verispec.bench import pass_table
 
     target, _, prompts = tiny_pair
@@ -619,7 +619,7 @@ def test_the_bench_warns_when_its_cost_table_disagrees_with_the_run(tiny_pair, t
     assert run_bench(_args("--target", str(target), "--draft", "ngram", "--prompts", str(prompts), "--max-new-tokens",
                            "6", "--k", "2", "--threads", "1", "--out", str(out))) == 0
     report = json.loads((out / "report.json").read_text())
-    said = [w for w in report["warnings"] if w.startswith("the pass-cost table k=auto weighed")]
+    said = [w for w in report["notes"] if w.startswith("the pass-cost table k=auto weighed")]
     assert len(said) == 1 and report["summary"]["reliable"] is not False
     assert "the pass-cost table k=auto weighed" in capsys.readouterr().out
 

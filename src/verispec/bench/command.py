@@ -371,10 +371,10 @@ def _run_bench(args: argparse.Namespace) -> int:
         "baseline_outputs": {m.prompt_id: target.tokenizer.decode(m.tokens, skip_special_tokens=True)
                              for m in run.measurements if m.config == run.configs[0].key and m.repeat == 0},
     }
-    table_warning = cost_table_check(pass_costs.get("v1_ms"),
-                                     report["reliability"]["one_token_passes"].get("baseline_pass_ms"))
-    if table_warning is not None:
-        report["warnings"].append(table_warning)
+    table_note = cost_table_check(pass_costs.get("v1_ms"),
+                                  report["reliability"]["one_token_passes"].get("baseline_pass_ms"))
+    if table_note is not None:
+        report["notes"].append(table_note)
     print_report(report, console)
     if vllm is not None:
         report["vllm"] = _run_vllm(vllm, run, report, opt, args, console, out)

@@ -605,7 +605,8 @@ def test_a_cost_table_timed_under_other_conditions_is_named() -> None:
 def test_the_bench_notes_when_its_cost_table_disagrees_with_the_run(tiny_pair, tmp_path: Path, one_thread, capsys,
                                                                    monkeypatch) -> None:
     """The table the run's K choices weighed, scaled 10x (as if timed on a busy machine): the report
-    notes it and prints it; the run stays reliable (its speedups are measured)."""
+    notes it and prints it, as a note, not a warning (the speedups are measured; whether the tiny
+    run's own one-token passes agree is timing, not asserted here)."""
     from verispec.bench import pass_table
 
     target, _, prompts = tiny_pair
@@ -620,7 +621,7 @@ def test_the_bench_notes_when_its_cost_table_disagrees_with_the_run(tiny_pair, t
                            "6", "--k", "2", "--threads", "1", "--out", str(out))) == 0
     report = json.loads((out / "report.json").read_text())
     said = [w for w in report["notes"] if w.startswith("the pass-cost table k=auto weighed")]
-    assert len(said) == 1 and report["summary"]["reliable"] is not False
+    assert len(said) == 1 and not any(w.startswith("the pass-cost table") for w in report["warnings"])
     assert "the pass-cost table k=auto weighed" in capsys.readouterr().out
 
 

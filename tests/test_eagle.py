@@ -82,7 +82,7 @@ def test_fast_draft_step_equals_the_hf_modules(dtype, weights, layers) -> None:
     tol = {torch.float64: dict(atol=1e-10, rtol=1e-10), torch.float32: dict(atol=2e-5, rtol=2e-5)}[dtype]
     if weights == "fp16":  # one rounding of every weight to float16 (11 significant bits)
         tol = dict(atol=2e-3, rtol=2e-3)
-    if weights == "int8":  # int8 weights (a scale per row), bfloat16 inputs and outputs: ~1e-2 of |logits| ~ 3
+    if weights == "int8":  # int8 weights (a scale per row; torch's fallback kernel also rounds inputs to bfloat16)
         tol = dict(atol=0.1, rtol=0.05)
     H = target.model.config.hidden_size
     gen = torch.Generator().manual_seed(0)
@@ -423,14 +423,18 @@ def test_later_steps_from_a_start_position_are_exact_after_it(tiny_target, start
 
 
 def test_int8_draft_weights_approximate_the_linear_and_refuse_widths_the_kernel_misreads() -> None:
-    """``int8_linear``: x @ W.T + b to int8/bfloat16 rounding for widths that are multiples of
-    32; None (never a crash or garbage) for other widths, bias dtypes, or non-float32 weights."""
+    """``int8_linear``: x @ W.T + b to int8 rounding, through the compiled panel8 kernel (any
+    width) or torch's kernel (widths that are multiples of 32; None, never a crash or garbage,
+    for others); None for bias dtypes or weights that are not float32."""
     from verispec.models import int8_linear
+    from verispec.models.kernels.compact import _torch_int8_linear
+    from verispec.models.panel8 import load_panel8, quantize_rows
 
     if int8_linear(torch.zeros(8, 32)) is None:
-        pytest.skip("this torch build has no int8 weight kernel")
+        pytest.skip("this torch build has no int8 weight kernel and the compiled one cannot be built")
     gen = torch.Generator().manual_seed(0)
-    for out_f, in_f in ((7, 32), (64, 96), (200, 576)):
+    shapes = ((7, 32), (64, 96), (200, 576)) + (((9, 24), (70, 7)) if load_panel8() is not None else ())
+    for out_f, in_f in shapes:
         w, b = torch.randn(out_f, in_f, generator=gen), torch.randn(out_f, generator=gen)
         x = torch.randn(5, in_f, generator=gen)
         want = torch.nn.functional.linear(x, w, b)
@@ -440,5 +444,13 @@ def test_int8_draft_weights_approximate_the_linear_and_refuse_widths_the_kernel_
         assert err < 0.02, err
         wrong = torch.nn.functional.linear(x, w.flip(0), b)  # the check can fail: another weight is far off
         assert (got - wrong).abs().max() / want.abs().max() > 0.1
-    for bad in (torch.zeros(8, 24), torch.zeros(8, 7), torch.zeros(8, 32, dtype=torch.float64)):
+    for bad in (torch.zeros(8, 32, dtype=torch.float64),):
         assert int8_linear(bad) is None
+    assert int8_linear(torch.zeros(8, 32), torch.zeros(8, dtype=torch.float64)) is None
+    if hasattr(torch, "_weight_int8pack_mm"):  # torch's kernel, the fallback: only widths it reads right
+        for bad in (torch.zeros(8, 24), torch.zeros(8, 7)):
+            assert _torch_int8_linear(*quantize_rows(bad), None) is None
+        w = torch.randn(64, 96, generator=gen)
+        x = torch.randn(3, 96, generator=gen)
+        got = _torch_int8_linear(*quantize_rows(w), None)(x)
+        assert (got - x @ w.T).abs().max() / (x @ w.T).abs().max() < 0.02

@@ -54,8 +54,8 @@ CONFIG_NAME = "eagle_config.json"
 WEIGHTS_NAME = "eagle.safetensors"
 VOCAB_MAP_NAME = "vocab_map.safetensors"
 DRAFT_WEIGHTS = ("auto", "fp16", "int8", "fp32", "measured")  # what a bound head's draft steps read (see bind_eagle)
-# CPU flags under which int8 draft weights are the default: torch's int8 weight kernel reads its
-# inputs as bfloat16, which these units run natively.
+# CPU flags under which int8 draft weights are the default: the CPUs where int8 was timed fastest
+# (torch's int8 kernel, the fallback where the compiled one cannot be built, reads bfloat16 inputs).
 INT8_FLAGS = ("avx512_bf16", "amx_bf16")
 FP16_FLAGS = ("avx2", "avx512f")  # fbgemm's float16 weights need AVX2 (F16C) at least
 
@@ -301,7 +301,7 @@ class _FastStep:
     rows goes through a oneDNN-packed copy of its weight, or with ``weights="fp16"`` every matmul
     through a float16 copy (:func:`verispec.models.kernels.fp16_linear`; float32 in, out and
     accumulation), with ``weights="int8"`` through an int8 copy with a scale per output row
-    (:func:`verispec.models.kernels.int8_linear`; inputs rounded to bfloat16). Other dtypes use
+    (:func:`verispec.models.kernels.int8_linear`: the compiled panel8 kernel, float32 inputs). Other dtypes use
     ``F.linear``, and so does every matmul on any other device.
     With ``invariant`` (a target loaded with ``kernel_choice="invariant"``) a row's draft is the
     same bits whatever else is in the batch: float32 matmuls run the batch-invariant panel kernel
@@ -510,8 +510,8 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
 
     ``weights`` (what each draft step reads): ``"fp32"``, ``"fp16"`` (float16 copies of the
     head's weights and output rows, half the memory traffic; a CPU kernel: float32 CPU targets
-    with fbgemm only), ``"int8"`` (int8 copies with a scale per row, a quarter of the traffic,
-    inputs rounded to bfloat16; float32 CPU targets with torch's int8 weight kernel), ``"auto"``
+    with fbgemm only), ``"int8"`` (int8 copies with a scale per row, a quarter of the traffic;
+    float32 CPU targets, :func:`verispec.models.kernels.int8_linear`), ``"auto"``
     (the default: a rule on the CPU's capabilities, :func:`capability_draft_weights`, no timing)
     or ``"measured"`` (on a float32 CPU target, whichever of those makes a one-row draft step's
     matmuls fastest right after the caches were flushed, timed once per machine and head shape
@@ -551,7 +551,7 @@ def bind_eagle(files: EagleFiles, target: CausalLM, *, weights: str = "auto") ->
     invariant = (getattr(model, "_verispec_kernels", None) or {}).get("choice") == "invariant"
     draft = EagleDraftModel(head, model.get_input_embeddings(), out, weights=kind, invariant=invariant)
     if weights in ("fp16", "int8") and draft.weights != weights:
-        need = "fbgemm" if weights == "fp16" else "torch._weight_int8pack_mm"
+        need = "fbgemm" if weights == "fp16" else "the panel8 kernel or torch._weight_int8pack_mm"
         raise ValueError(f"weights={weights!r} needs a float32 CPU target and a torch build with {need} "
                          f"(target {target.name!r}: {out.dtype} on {out.device.type})")
     draft._verispec_kernels = {"choice": choice, "eagle": {"weights": draft.weights, "asked": weights,
@@ -583,10 +583,10 @@ def capability_draft_weights(head: EagleHead, out_rows: torch.Tensor, flags: str
     has, never a timing:
 
     1. a head that is not float32 on the CPU: ``"fp32"`` (no CPU kernel applies);
-    2. ``"int8"`` where torch's int8 weight kernel runs every matmul and the CPU has bfloat16
-       units (:data:`INT8_FLAGS`: avx512_bf16 or AMX's amx_bf16; the kernel reads its inputs
-       as bfloat16). A quarter of float32's bytes, and a draft step reads every weight for one
-       row, bound by memory traffic;
+    2. ``"int8"`` where an int8 kernel runs every matmul and the CPU has bfloat16 units
+       (:data:`INT8_FLAGS`: avx512_bf16 or AMX's amx_bf16, the CPUs where int8 was timed
+       fastest; torch's kernel, the fallback, reads its inputs as bfloat16). A quarter of
+       float32's bytes, and a draft step reads every weight for one row, bound by memory traffic;
     3. else ``"fp16"`` where fbgemm runs every matmul and the CPU has AVX2 or AVX-512;
     4. else ``"fp32"``.
 

@@ -1,4 +1,5 @@
-"""Linears whose weights are stored in fewer bytes: float16 (fbgemm) and int8 (one scale per row).
+"""Linears whose weights are stored in fewer bytes: float16 (fbgemm) and int8 (one scale per row:
+the compiled panel8 kernel, else torch's).
 
 For drafting: a draft step reads every weight for a row or two and is bound by memory traffic
 (the EAGLE head's draft weights, :func:`verispec.drafters.eagle_head.bind_eagle`).
@@ -10,6 +11,8 @@ import warnings
 from collections.abc import Callable
 
 import torch
+
+from ..panel8 import load_panel8, quantize_rows
 
 __all__ = ["fp16_linear", "int8_linear"]
 
@@ -49,23 +52,43 @@ def fp16_linear(weight: torch.Tensor, bias: torch.Tensor | None = None
 def int8_linear(weight: torch.Tensor, bias: torch.Tensor | None = None
                 ) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """``x [N, in] -> x @ W.T + b [N, out]`` (float32 in and out) with ``W`` stored as int8, one
-    float scale per output row (symmetric, ``W ~ scale * round(W / scale)``), and the input
-    rounded to bfloat16 for torch's weight-only int8 CPU kernel; None where unsupported (not a
-    float32 CPU weight, or a torch build without ``_weight_int8pack_mm``).
+    float scale per output row (symmetric, ``W ~ scale * round(W / scale)``,
+    :func:`~verispec.models.panel8.quantize_rows`); None where unsupported (not a float32 CPU
+    weight, or neither kernel below runs here).
+
+    The compiled :mod:`~verispec.models.panel8` kernel where it builds (float32 input and
+    accumulation, a row's output the same bits in any batch, and about twice the memory
+    throughput of torch's kernel: BENCHMARKS.md), else torch's weight-only int8 kernel
+    ``_weight_int8pack_mm`` (the input rounded to bfloat16; widths that are multiples of 32).
 
     A quarter of the bytes of float32, for drafting only: a draft step reads every weight for
     a row or two, bound by memory traffic. The rounding (~4e-3 relative) changes which tokens a
     draft proposes, never the output distribution (the verifier sees the q it sampled from).
     """
-    if (weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.shape[1] % 32
-            or bias is not None and bias.dtype != torch.float32) or not hasattr(torch, "_weight_int8pack_mm"):
-        return None  # (the kernel reads the input in blocks: other widths crash it or give garbage)
-    w = weight.detach()
-    scale = (w.abs().amax(1) / 127).clamp_min(torch.finfo(torch.float32).tiny)  # [out]
-    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).contiguous()  # [out, in]
-    scale = scale.to(torch.bfloat16)
+    if (weight.dtype != torch.float32 or weight.device.type != "cpu"
+            or bias is not None and bias.dtype != torch.float32):
+        return None
+    q, scale = quantize_rows(weight)  # [out, in] int8, [out]
     b = None if bias is None else bias.detach().contiguous()
-    probe = torch.linspace(-1, 1, w.shape[1])[None].to(torch.bfloat16)  # [1, in]
+    panel = load_panel8()
+    if panel is not None:
+        packed, n = panel.pack(q), q.shape[0]
+
+        def panel_linear(x: torch.Tensor) -> torch.Tensor:
+            return panel.linear(x, packed, scale, n, b)
+        return panel_linear
+    return _torch_int8_linear(q, scale, b)
+
+
+def _torch_int8_linear(q: torch.Tensor, scale: torch.Tensor, b: torch.Tensor | None
+                       ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """:func:`int8_linear` through torch's ``_weight_int8pack_mm`` (bfloat16 input and scales),
+    or None where this build lacks it or misreads the shape (it reads the input in blocks of 32:
+    other widths crash it or give garbage)."""
+    if q.shape[1] % 32 or not hasattr(torch, "_weight_int8pack_mm"):
+        return None
+    scale = scale.to(torch.bfloat16)
+    probe = torch.linspace(-1, 1, q.shape[1])[None].to(torch.bfloat16)  # [1, in]
     try:
         got = torch._weight_int8pack_mm(probe, q, scale).to(torch.float32)
     except (AttributeError, RuntimeError, NotImplementedError):

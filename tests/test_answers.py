@@ -380,3 +380,47 @@ def test_distill_head_refuses_a_bad_top1_weight(capsys, bad) -> None:
     assert main(["--train", "nowhere", "--heldout", "nowhere", "--out", "x", "--top1-weight", bad]) == 2
     err = capsys.readouterr().err
     assert "--top1-weight must be in 0..100" in err and f"got {float(bad)}" in err
+
+
+def test_an_answers_opening_is_counted_per_answer_and_weighted() -> None:
+    """``answer_index`` restarts at every run of generated positions (a second turn's answer
+    starts at 0 again), and ``opening = (n, x)`` multiplies the weight of each answer's first n
+    positions by x, leaving prompts, later positions and the weight's zeros as they were."""
+    from verispec.distill.eagle_train import FeatureSet, _position_weight, answer_index
+
+    generated = torch.tensor([[0, 0, 1, 1, 1, 0, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0, 0, 0]], dtype=torch.uint8)
+    assert answer_index(generated).tolist() == [[-1, -1, 0, 1, 2, -1, 0, 1, 2], [0, 1, 2, 3, -1, -1, -1, -1, -1]]
+    weight = torch.ones(2, 9, dtype=torch.uint8)
+    weight[0, 8] = 0  # after an EOS
+    b = FeatureSet(torch.zeros(2, 9, dtype=torch.int32), torch.zeros(2, 9, 4), weight, generated)
+    assert torch.equal(_position_weight(b, True), weight.float() * generated.float())
+    assert _position_weight(b, True, (2, 3.0)).tolist() == [[0, 0, 3, 3, 1, 0, 3, 3, 0], [3, 3, 1, 1, 0, 0, 0, 0, 0]]
+    assert _position_weight(b, False, (1, 0.5)).tolist() == [[1, 1, 0.5, 1, 1, 1, 0.5, 1, 0], [0.5, 1, 1, 1, 1, 1, 1, 1, 1]]
+    assert torch.equal(_position_weight(b, True, (0, 3.0)), _position_weight(b, True))
+
+
+def test_the_opening_weight_reaches_training_and_its_record(tmp_path) -> None:
+    """An opening weight changes what a few steps learn, and the summary records it."""
+    from verispec.distill.head import train_head
+    from verispec.drafters.eagle_head import load_eagle_head
+
+    tiny_target, shards, _ = _head_training_inputs(tmp_path)
+    heads = {}
+    for opening in ((0, 1.0), (2, 5.0)):
+        out = tmp_path / f"out{opening[0]}"
+        summary = train_head(tiny_target, shards, shards, out, init_from=str(tmp_path / "init"), steps=4, lr=1e-2,
+                             held_eval=2, seed=3, opening=opening, log=lambda _: None)
+        assert summary["opening"] == {"tokens": opening[0], "weight": opening[1]}
+        heads[opening] = load_eagle_head(out).head.state_dict()
+    a, b = heads.values()
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("flag, bad, words", [("--opening-tokens", "-1", "--opening-tokens must be in 0..100000"),
+                                              ("--opening-weight", "0", "--opening-weight must be in (0, 100]"),
+                                              ("--opening-weight", "nan", "--opening-weight must be in (0, 100]")])
+def test_distill_head_refuses_a_bad_opening(capsys, flag, bad, words) -> None:
+    from verispec.distill.head import main
+
+    assert main(["--train", "nowhere", "--heldout", "nowhere", "--out", "x", flag, bad]) == 2
+    assert words in capsys.readouterr().err

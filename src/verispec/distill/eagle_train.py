@@ -236,10 +236,27 @@ def evaluate_eagle(head: EagleHead, embed, out_full: torch.Tensor, vocab_map: to
     return {"kl": kl_sum / max(kl_n, 1.0), "agree": agree}
 
 
-def _position_weight(b: FeatureSet, answers_only: bool) -> torch.Tensor:
-    """``[B, T]`` float weight of each position's label (its next token)."""
+def _position_weight(b: FeatureSet, answers_only: bool, opening: tuple[int, float] = (0, 1.0)) -> torch.Tensor:
+    """``[B, T]`` float weight of each position's label (its next token). ``opening = (n, x)``:
+    the first ``n`` positions of every answer (each run of generated positions) weigh ``x`` times
+    as much, where a head drafts worst and where the out-of-style split is scored."""
     w = b.weight.float()
-    return w * b.generated.float() if answers_only else w
+    if answers_only:
+        w = w * b.generated.float()
+    n, x = opening
+    if n and x != 1.0:
+        index = answer_index(b.generated)
+        w = torch.where((index >= 0) & (index < n), w * x, w)
+    return w
+
+
+def answer_index(generated: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` int64: each generated position's place in its answer (its run of generated
+    positions, 0 first), -1 elsewhere (prompt, a user turn)."""
+    g = generated.long()
+    count = g.cumsum(1)  # [B, T] generated positions up to here
+    before = torch.where(g == 0, count, 0).cummax(1).values  # [B, T] the count when the run began
+    return torch.where(g == 1, count - before - 1, -1)
 
 
 def _last_scored(w: torch.Tensor, seq_len: int | None) -> int:
@@ -305,9 +322,9 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
                 steps: int, batch_size: int = 4, lr: float = 3e-3, depth: int = 3, noise: float = 0.05,
                 reg_weight: float = 0.1, top1_weight: float = 0.0, seed: int = 0, seq_len: int | None = None, eval_every: int = 200,
                 ckpt_every: int = 100, sample_weight: torch.Tensor | None = None, init_from: EagleHead | None = None,
-                answers_only: bool = False, held_eval: int = 0, time_budget_s: float = 0.0,
-                autocast: torch.dtype | None = None, taps: Sequence[int] | None = None, layers: int | None = None,
-                progress=None, log=print) -> tuple[EagleHead, dict]:
+                answers_only: bool = False, opening: tuple[int, float] = (0, 1.0), held_eval: int = 0,
+                time_budget_s: float = 0.0, autocast: torch.dtype | None = None, taps: Sequence[int] | None = None,
+                layers: int | None = None, progress=None, log=print) -> tuple[EagleHead, dict]:
     """Train (or resume from ``out/checkpoints/eagle-last.safetensors``) an EAGLE head.
 
     ``train``: in memory or read batch by batch from its shards (:class:`FeaturesOnDisk`: the
@@ -316,18 +333,19 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
     ``sample_weight [N]``: relative probability of drawing each training sequence (default
     uniform). ``init_from``: start from these weights (fine-tuning) instead of the
     pass-through initialisation. ``answers_only``: score only positions whose next token the
-    target generated (where a head drafts), the rest being context. ``held_eval``: evaluate
-    on the first ``held_eval`` held-out sequences only (0 = all). ``time_budget_s`` > 0: every
-    20 steps, plan the steps that end within the budget at the pace so far, never more than
-    ``steps`` (:func:`steps_within`; the learning-rate schedule then follows the new length; the
-    result records it). ``autocast`` (e.g.
-    ``torch.bfloat16``): the forward's matrix products in that dtype (``torch.autocast``; the
-    weights, gradients, optimizer and the softmaxes stay float32), several times faster on CPUs
-    with bfloat16 matrix units. ``taps``: the target's decoder layers the head reads beside its
-    final features (a :class:`~verispec.drafters.eagle_head.TapFusion`; default: those of
-    ``init_from``, else none); an ``init_from`` without them, or with some of them, starts with
-    the fusion of the layers it lacks at zero (:func:`~verispec.drafters.eagle_head.widen_taps`),
-    so training starts from exactly its drafts. The training and held-out sets must hold those taps.
+    target generated (where a head drafts), the rest being context. ``opening = (n, x)``: the
+    first n positions of every answer weigh x times as much in the loss (:func:`_position_weight`).
+    ``held_eval``: evaluate on the first ``held_eval`` held-out sequences only (0 = all).
+    ``time_budget_s`` > 0: every 20 steps, plan the steps that end within the budget at the pace
+    so far, never more than ``steps`` (:func:`steps_within`; the learning-rate schedule then
+    follows the new length; the result records it). ``autocast`` (e.g. ``torch.bfloat16``): the
+    forward's matrix products in that dtype (``torch.autocast``; the weights, gradients, optimizer
+    and the softmaxes stay float32), several times faster on CPUs with bfloat16 matrix units.
+    ``taps``: the target's decoder layers the head reads beside its final features (a
+    :class:`~verispec.drafters.eagle_head.TapFusion`; default: those of ``init_from``, else none);
+    an ``init_from`` without them, or with some of them, starts with the fusion of the layers it
+    lacks at zero (:func:`~verispec.drafters.eagle_head.widen_taps`), so training starts from
+    exactly its drafts. The training and held-out sets must hold those taps.
     ``layers``: the head's decoder layers (default: those of ``init_from``, else 1); layers beyond
     ``init_from``'s start adding nothing (:func:`~verispec.drafters.eagle_head.deepen`), so again
     training starts from exactly its drafts. ``top1_weight``: see :func:`unrolled_loss`.
@@ -373,7 +391,7 @@ def train_eagle(target_model, train: FeatureSet | FeaturesOnDisk, held: FeatureS
     last = history[-1] if history else {}
     while step < steps:
         b = train.subset(draw())
-        w = _position_weight(b, answers_only)
+        w = _position_weight(b, answers_only, opening)
         end = _last_scored(w, seq_len)
         f, ids, w = b.features[:, :end].float(), b.input_ids[:, :end].long(), w[:, :end]
         taps = b.head_taps(head, end)

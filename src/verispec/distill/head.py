@@ -107,7 +107,8 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
                init_from: str = "eagle", map_size: int = 0, steps: int = 1000, lr: float = 5e-4, batch_size: int = 4, depth: int = 3,
                noise: float = 0.05, seed: int = 0, held_eval: int = 64, time_budget_s: float = 0.0,
                autocast: torch.dtype | None = None, balance: str = "none", taps: Sequence[int] | None = None,
-               layers: int | None = None, top1_weight: float = 0.0, log: Callable[[str], None] = print) -> dict:
+               layers: int | None = None, top1_weight: float = 0.0, opening: tuple[int, float] = (0, 1.0),
+               log: Callable[[str], None] = print) -> dict:
     """Train, export to ``out`` and return a summary: data sizes, the training result, and the
     per-family held-out agreement of the initial and of the trained head. ``map_size`` > 0:
     the initial head's vocab map grown to ``map_size`` ids with the tokens the answers use most
@@ -120,7 +121,8 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
     shards must hold them (`distill features --taps`). ``layers``: the head's decoder layers
     (default: the init's; more start as the init's drafts, :func:`verispec.drafters.eagle_head.deepen`).
     ``top1_weight``: weight of the cross-entropy at the target's argmax beside the KL
-    (:func:`verispec.distill.eagle_train.unrolled_loss`)."""
+    (:func:`verispec.distill.eagle_train.unrolled_loss`). ``opening = (n, x)``: the first n
+    positions of every answer weigh x times as much in the loss (default: every position alike)."""
     from ..drafters.eagle_head import save_eagle_head
     from .eagle_train import train_eagle
     from .eagle_stage import init_head
@@ -154,7 +156,7 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
                                depth=depth, noise=noise, seed=seed, init_from=init.head, answers_only=True,
                                held_eval=held_eval, eval_every=max(50, steps // 10), ckpt_every=50,
                                sample_weight=sample_weight, time_budget_s=time_budget_s, autocast=autocast,
-                               taps=taps, layers=layers, top1_weight=top1_weight, log=log)
+                               taps=taps, layers=layers, top1_weight=top1_weight, opening=opening, log=log)
     seconds = time.perf_counter() - t0
     after = family_agreement(head, target, vmap, held, held_fam, depth)
     log("after: " + json.dumps({k: round(v["agree"][0], 4) for k, v in after.items()}))
@@ -162,7 +164,7 @@ def train_head(target: CausalLM, train_paths: Sequence[Path], held_paths: Sequen
                "train_families": per_family, "balance": balance, "init_from": init_from, "map_size": len(vmap),
                "map_coverage_before": before_cov,
                "map_coverage": coverage, "steps": result["steps"], "lr": lr, "batch_size": batch_size, "depth": depth,
-               "seed": seed, "top1_weight": top1_weight,
+               "seed": seed, "top1_weight": top1_weight, "opening": {"tokens": opening[0], "weight": opening[1]},
                "autocast": str(autocast) if autocast is not None else None, "taps": list(taps),
                "layers": len(head.body.layers), "seconds": seconds, "train": result, "before": before, "after": after}
     save_eagle_head(head, out, vocab_map=vmap, meta={"target": target.name, "train": summary})
@@ -191,6 +193,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--top1-weight", type=float, default=0.0,
                     help="add this weight x the head's cross-entropy at the target's argmax (the token greedy "
                          "decoding keeps) to the KL against the target's distribution (default 0: KL only)")
+    ap.add_argument("--opening-tokens", type=int, default=0,
+                    help="the first N positions of every answer weigh --opening-weight times as much (0 = off)")
+    ap.add_argument("--opening-weight", type=float, default=1.0,
+                    help="weight of an answer's first --opening-tokens positions against 1 for the rest")
     ap.add_argument("--time-budget", type=float, default=0.0,
                     help="seconds of training: fewer steps than --steps if they would not fit (0 = no limit)")
     ap.add_argument("--max-shards", type=int, default=0, help="use the first N training shards (0 = all)")
@@ -216,6 +222,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
 
         if not 0 <= args.top1_weight <= 100:
             raise ValueError(f"--top1-weight must be in 0..100 (a loss weight), got {args.top1_weight}")
+        if not 0 <= args.opening_tokens <= 100_000:
+            raise ValueError(f"--opening-tokens must be in 0..100000 (answer positions), got {args.opening_tokens}")
+        if not 0 < args.opening_weight <= 100:
+            raise ValueError(f"--opening-weight must be in (0, 100] (a loss weight), got {args.opening_weight}")
         if args.layers is not None and not 1 <= args.layers <= 8:
             raise ValueError(f"--layers must be in 1..8 (decoder layers of the head), got {args.layers}")
         train_paths = [p for d in args.train for p in answer_shards(Path(d))]
@@ -232,7 +242,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         summary = train_head(target, train_paths, held_paths, out, init_from=args.init_from, map_size=args.map_size, steps=args.steps,
                              lr=args.lr, batch_size=args.batch_size, depth=args.depth, seed=args.seed,
                              time_budget_s=args.time_budget, autocast=autocast, balance=args.balance, taps=taps,
-                             layers=args.layers, top1_weight=args.top1_weight)
+                             layers=args.layers, top1_weight=args.top1_weight,
+                             opening=(args.opening_tokens, args.opening_weight))
         (out / "train-summary.json").write_text(json.dumps(summary, indent=2))
         return 0
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -90,3 +93,15 @@ def trees_always(monkeypatch):
     import verispec.engine.kpolicy as kpolicy
 
     monkeypatch.setattr(kpolicy, "MODE_WARMUP", 10**9)
+
+
+@pytest.fixture
+def load_script():
+    """``load_script(name)``: the module ``scripts/<name>.py`` (scripts are not a package)."""
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load

@@ -3,27 +3,15 @@ it runs on small shapes and prints a row per shape and row count, and names bad 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from verispec.models.panel8 import load_panel8
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "int8_throughput.py"
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("int8_throughput", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_it_times_every_shape_and_row_count(capsys) -> None:
+def test_it_times_every_shape_and_row_count(capsys, load_script) -> None:
     if load_panel8() is None:
         pytest.skip("the panel8 kernel cannot be built here")
-    _load().main(["--shapes", "64x32,70x7", "--rows", "1,3", "--repeats", "2"])
+    load_script("int8_throughput").main(["--shapes", "64x32,70x7", "--rows", "1,3", "--repeats", "2"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 + 4 and "panel8 ms" in lines[0]
     assert [line.split()[:2] for line in lines[1:]] == [["64x32", "1"], ["64x32", "3"], ["70x7", "1"], ["70x7", "3"]]
@@ -34,6 +22,6 @@ def test_it_times_every_shape_and_row_count(capsys) -> None:
 @pytest.mark.parametrize("argv, named", [(["--shapes", "64"], "--shapes"), (["--shapes", "0x5"], "--shapes"),
                                          (["--rows", "a"], "--rows"), (["--rows", "0"], "--rows"),
                                          (["--repeats", "0"], "--repeats")])
-def test_bad_arguments_are_named(argv, named) -> None:
+def test_bad_arguments_are_named(argv, named, load_script) -> None:
     with pytest.raises(SystemExit, match=named):
-        _load().main(argv)
+        load_script("int8_throughput").main(argv)

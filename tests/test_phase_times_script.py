@@ -4,30 +4,18 @@ renamed phase would silently drop out of its table."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "phase_times.py"
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("phase_times", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_every_phase_the_script_times_exists_here() -> None:
-    script = _load()
+def test_every_phase_the_script_times_exists_here(load_script) -> None:
+    script = load_script("phase_times")
     missing = [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in script.WRAPPED
                if not callable(getattr(owner, name, None))]
     assert not missing, f"scripts/phase_times.py times names this checkout lacks: {missing}"
 
 
-def test_a_timed_function_still_returns_and_is_counted() -> None:
-    script = _load()
+def test_a_timed_function_still_returns_and_is_counted(load_script) -> None:
+    script = load_script("phase_times")
 
     class Owner:
         @staticmethod
@@ -42,8 +30,8 @@ def test_a_timed_function_still_returns_and_is_counted() -> None:
     assert not hasattr(Owner, "absent")
 
 
-def test_bad_arguments_are_named(monkeypatch, tmp_path, capsys) -> None:
-    script = _load()
+def test_bad_arguments_are_named(monkeypatch, tmp_path, capsys, load_script) -> None:
+    script = load_script("phase_times")
     for argv, said in ((["--prompts", str(tmp_path / "none.jsonl")], "--prompts"),
                        (["--prompts", "x", "--limit", "0"], "--limit")):
         monkeypatch.setattr("sys.argv", ["phase_times.py", *argv])

@@ -424,3 +424,22 @@ def test_distill_head_refuses_a_bad_opening(capsys, flag, bad, words) -> None:
 
     assert main(["--train", "nowhere", "--heldout", "nowhere", "--out", "x", flag, bad]) == 2
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, bad, words", [("--depth", "0", "--depth must be in 1..16"),
+                                              ("--depth", "17", "--depth must be in 1..16"),
+                                              ("--steps", "0", "--steps must be in 1..10000000"),
+                                              ("--lr", "0", "--lr must be in (0, 1]"),
+                                              ("--lr", "nan", "--lr must be in (0, 1]"),
+                                              ("--batch-size", "0", "--batch-size must be in 1..4096"),
+                                              ("--time-budget", "-1", "--time-budget must be >= 0"),
+                                              ("--time-budget", "inf", "--time-budget must be >= 0"),
+                                              ("--map-size", "-5", "--map-size must be >= 0"),
+                                              ("--max-shards", "-1", "--max-shards must be >= 0")])
+def test_distill_head_refuses_bad_training_flags(capsys, flag, bad, words) -> None:
+    """Each refused before any shard is read (the folders here do not exist), the flag named."""
+    from verispec.distill.head import main
+
+    assert main(["--train", "nowhere", "--heldout", "nowhere", "--out", "x", flag, bad]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "nowhere" not in err

@@ -188,7 +188,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--depth", type=int, default=3,
+                    help="draft steps unrolled per position in training (step s reads the head's own features "
+                         "of the steps before it, as drafting does; default 3)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--top1-weight", type=float, default=0.0,
                     help="add this weight x the head's cross-entropy at the target's argmax (the token greedy "
@@ -220,6 +222,20 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m verispec.dist
         from .answers import answer_shards
         from .refeature import parse_taps
 
+        if not 1 <= args.steps <= 10_000_000:
+            raise ValueError(f"--steps must be in 1..10000000 (optimizer steps), got {args.steps}")
+        if not 0 < args.lr <= 1:
+            raise ValueError(f"--lr must be in (0, 1] (the peak learning rate), got {args.lr}")
+        if not 1 <= args.batch_size <= 4096:
+            raise ValueError(f"--batch-size must be in 1..4096 (sequences per step), got {args.batch_size}")
+        if not 1 <= args.depth <= 16:
+            raise ValueError(f"--depth must be in 1..16 (unrolled draft steps), got {args.depth}")
+        if not 0 <= args.time_budget < float("inf"):
+            raise ValueError(f"--time-budget must be >= 0 seconds (0 = no limit), got {args.time_budget}")
+        if args.map_size < 0:
+            raise ValueError(f"--map-size must be >= 0 (0 = keep the init's map), got {args.map_size}")
+        if args.max_shards < 0:
+            raise ValueError(f"--max-shards must be >= 0 (0 = all), got {args.max_shards}")
         if not 0 <= args.top1_weight <= 100:
             raise ValueError(f"--top1-weight must be in 0..100 (a loss weight), got {args.top1_weight}")
         if not 0 <= args.opening_tokens <= 100_000:

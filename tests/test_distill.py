@@ -103,6 +103,31 @@ def test_arch_parsing() -> None:
             D.parse_arch(bad)
 
 
+@pytest.mark.parametrize("setting, bad, words", [("steps", 0, "steps (--steps) must be an int >= 1, got 0"),
+                                                  ("batch_size", -2, "batch_size (--batch-size) must be an int >= 1"),
+                                                  ("depth", 0, "depth (--depth) must be an int >= 1"),
+                                                  ("label_tokens", -1, "label_tokens (--label-tokens) must be an int >= 0"),
+                                                  ("chat_prompts", 1.5, "chat_prompts (--chat-prompts) must be an int"),
+                                                  ("lr", 0.0, "lr (--lr) must be a finite number > 0"),
+                                                  ("lr", float("nan"), "lr (--lr) must be a finite number > 0"),
+                                                  ("chat_weight", -1.0, "chat_weight (--chat-weight) must be a finite"),
+                                                  ("time_budget_s", float("inf"), "(--label-seconds) must be a finite"),
+                                                  ("threads", -1, "threads (--threads) must be an int >= 1")])
+def test_bad_settings_are_refused_by_name_before_anything_is_written(tmp_path: Path, setting, bad, words) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as e:
+        D.distill("smollm2-135m", [], str(out), **{setting: bad})
+    assert words in str(e.value)
+    assert not out.exists()
+
+
+def test_the_distill_command_names_a_bad_flag(tmp_path: Path, capsys) -> None:
+    from verispec.distill.command import main
+
+    assert main(["--out", str(tmp_path / "out"), "--steps", "0"]) == 2
+    assert "--steps" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------------------------- exactness
 
 

@@ -4,6 +4,7 @@ under one output directory (see :mod:`verispec.distill`)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +35,14 @@ if TYPE_CHECKING:
 __all__ = ["distill"]
 
 STAGES = ("label", "train", "export")
+# settings that are counts: the least each may be, and the flag of `verispec distill` that sets it
+_COUNTS = {"steps": ("--steps", 1), "batch_size": ("--batch-size", 1), "depth": ("--depth", 1),
+           "vocab_size": ("--vocab-size", 0), "label_tokens": ("--label-tokens", 0),
+           "self_distill_prompts": ("--self-distill-prompts", 0), "def_prompts": ("--def-prompts", 0),
+           "chat_prompts": ("--chat-prompts", 0), "heldout_chat_prompts": ("--heldout-chat-prompts", 0)}
+# settings that are reals: (flag, whether 0 is allowed)
+_REALS = {"lr": ("--lr", False), "chat_weight": ("--chat-weight", True), "def_oversample": ("--def-oversample", True),
+          "time_budget_s": ("--label-seconds", True)}
 
 
 def _check_config(cfg: DistillConfig, stages: Sequence[str]) -> EagleFiles | None:
@@ -43,9 +52,15 @@ def _check_config(cfg: DistillConfig, stages: Sequence[str]) -> EagleFiles | Non
         parse_arch(cfg.arch)
         if cfg.init_from:
             raise ValueError("init_from (--init-from) fine-tunes an EAGLE head; it needs arch='eagle'")
+    for name, (flag, least) in _COUNTS.items():
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise ValueError(f"{name} ({flag}) must be an int >= {least}, got {v!r}")
+    for name, (flag, zero) in _REALS.items():
+        v = float(getattr(cfg, name))
+        if not (0 <= v < math.inf if zero else 0 < v < math.inf):
+            raise ValueError(f"{name} ({flag}) must be a finite number {'>=' if zero else '>'} 0, got {v}")
     init = init_head(cfg.init_from) if cfg.init_from else None
-    if cfg.depth < 1:
-        raise ValueError(f"depth must be >= 1, got {cfg.depth}")
     bad = set(stages) - set(STAGES)
     if bad:
         raise ValueError(f"unknown stages {sorted(bad)}")
@@ -138,11 +153,13 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
     """
     from ..models import load_causal_lm
 
-    if threads:
-        torch.set_num_threads(threads)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
+        raise ValueError(f"threads (--threads) must be an int >= 1 (0 or None: torch's setting), got {threads!r}")
     cfg = DistillConfig(target=target, arch=arch, vocab_size=vocab_size, steps=steps, seed=seed,
                         label_tokens=label_tokens, self_distill_prompts=self_distill_prompts, **overrides)
     init = _check_config(cfg, stages)
+    if threads:
+        torch.set_num_threads(threads)
     outp = Path(out)
     outp.mkdir(parents=True, exist_ok=True)
     atomic_json(asdict(cfg), outp / "distill.json")

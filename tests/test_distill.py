@@ -112,7 +112,7 @@ def test_arch_parsing() -> None:
                                                   ("lr", float("nan"), "lr (--lr) must be a finite number > 0"),
                                                   ("chat_weight", -1.0, "chat_weight (--chat-weight) must be a finite"),
                                                   ("time_budget_s", float("inf"), "(--label-seconds) must be a finite"),
-                                                  ("threads", -1, "threads (--threads) must be an int >= 1")])
+                                                  ("threads", -1, "threads (--threads) must be an int >= 0")])
 def test_bad_settings_are_refused_by_name_before_anything_is_written(tmp_path: Path, setting, bad, words) -> None:
     out = tmp_path / "out"
     with pytest.raises(ValueError) as e:

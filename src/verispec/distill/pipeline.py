@@ -154,7 +154,7 @@ def distill(target: str, corpus: list[str], out: str, *, arch: str = DistillConf
     from ..models import load_causal_lm
 
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
-        raise ValueError(f"threads (--threads) must be an int >= 1 (0 or None: torch's setting), got {threads!r}")
+        raise ValueError(f"threads (--threads) must be an int >= 0 (0 or None: torch's setting), got {threads!r}")
     cfg = DistillConfig(target=target, arch=arch, vocab_size=vocab_size, steps=steps, seed=seed,
                         label_tokens=label_tokens, self_distill_prompts=self_distill_prompts, **overrides)
     init = _check_config(cfg, stages)
